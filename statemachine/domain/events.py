@@ -1,0 +1,223 @@
+"""The events of a trial's life: immutable, versioned, with an exact JSON round-trip.
+
+Every event type is registered by name in :data:`EVENT_TYPES`; :func:`encode_event` and
+:func:`decode_event` are the only way events cross a process or storage boundary. An unknown
+type, a version newer than this code, or a malformed payload raises :class:`EventDecodeError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from statemachine.domain.failures import TrialError
+from statemachine.domain.policy import RetryPolicy
+from statemachine.exceptions import EventDecodeError, StateMachineError
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base of all trial events.
+
+    Class attributes:
+        type_name: the stable name stored in the log.
+        version: the payload schema version of this type.
+        trigger: the state machine trigger this event fires.
+    """
+
+    type_name: ClassVar[str] = "Event"
+    version: ClassVar[int] = 1
+    trigger: ClassVar[str] = ""
+
+    def to_payload(self) -> dict[str, Any]:
+        """The JSON payload of this event (without its type and version)."""
+        return {f.name: _to_json(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> Event:
+        """Rebuild an event of this type from its payload."""
+        return cls(**payload)
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, (TrialError, RetryPolicy)):
+        return value.to_dict()
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+@dataclass(frozen=True)
+class TrialAdded(Event):
+    """A trial became known to the experiment (``config`` is its JSON-safe configuration)."""
+
+    type_name = "TrialAdded"
+    trigger = "add"
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrialStarted(Event):
+    """An actor was started for the trial; ``restore_from`` names the checkpoint it restores."""
+
+    type_name = "TrialStarted"
+    trigger = "start"
+    restore_from: str | None = None
+
+
+@dataclass(frozen=True)
+class RestoreSucceeded(Event):
+    """The trial restored from its checkpoint and is training again."""
+
+    type_name = "RestoreSucceeded"
+    trigger = "restored"
+
+
+@dataclass(frozen=True)
+class CheckpointSaved(Event):
+    """The trial saved a checkpoint (``checkpoint`` is its path or id)."""
+
+    type_name = "CheckpointSaved"
+    trigger = "checkpoint"
+    checkpoint: str = ""
+
+
+@dataclass(frozen=True)
+class TrialPaused(Event):
+    """The scheduler paused the trial."""
+
+    type_name = "TrialPaused"
+    trigger = "pause"
+
+
+@dataclass(frozen=True)
+class TrialResumed(Event):
+    """A paused trial was queued to run again."""
+
+    type_name = "TrialResumed"
+    trigger = "resume"
+
+
+@dataclass(frozen=True)
+class TrialCompleted(Event):
+    """The trial finished training."""
+
+    type_name = "TrialCompleted"
+    trigger = "complete"
+
+
+@dataclass(frozen=True)
+class TrialStopped(Event):
+    """The trial was stopped early (by a scheduler, a stopper or the user)."""
+
+    type_name = "TrialStopped"
+    trigger = "stop"
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class TrialFailed(Event):
+    """The trial failed; ``error`` says which part failed and why."""
+
+    type_name = "TrialFailed"
+    trigger = "fail"
+    error: TrialError = field(default_factory=lambda: TrialError("builtins.Exception", ""))
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> Event:
+        """Rebuild the event, decoding its typed failure."""
+        error = payload.get("error")
+        if not isinstance(error, Mapping):
+            raise EventDecodeError(f"TrialFailed payload has no error record: {payload!r}")
+        return cls(error=TrialError.from_dict(dict(error)))
+
+
+@dataclass(frozen=True)
+class CheckpointsDiscarded(Event):
+    """Checkpoints were discarded (``deleted``: their folders were removed as well)."""
+
+    type_name = "CheckpointsDiscarded"
+    trigger = "discard_checkpoints"
+    checkpoints: tuple[str, ...] = ()
+    deleted: bool = False
+    reason: str = ""
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> Event:
+        """Rebuild the event with its checkpoint list as a tuple."""
+        values = dict(payload)
+        values["checkpoints"] = tuple(values.get("checkpoints", ()))
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class PolicySet(Event):
+    """The retry policy in force for this trial from now on."""
+
+    type_name = "PolicySet"
+    trigger = "set_policy"
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> Event:
+        """Rebuild the event, validating its policy."""
+        return cls(policy=RetryPolicy.from_dict(payload.get("policy") or {}))
+
+
+@dataclass(frozen=True)
+class TrialReset(Event):
+    """An ended trial was queued again (``Tuner.restore(resume_errored=...)``)."""
+
+    type_name = "TrialReset"
+    trigger = "reset"
+    from_scratch: bool = False
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.type_name: cls
+    for cls in (
+        TrialAdded,
+        TrialStarted,
+        RestoreSucceeded,
+        CheckpointSaved,
+        TrialPaused,
+        TrialResumed,
+        TrialCompleted,
+        TrialStopped,
+        TrialFailed,
+        CheckpointsDiscarded,
+        PolicySet,
+        TrialReset,
+    )
+}
+
+
+def encode_event(event: Event) -> tuple[str, int, dict[str, Any]]:
+    """``(type name, version, JSON payload)`` of an event."""
+    if EVENT_TYPES.get(event.type_name) is not type(event):
+        raise StateMachineError(f"event type {type(event).__name__} is not registered")
+    return event.type_name, event.version, event.to_payload()
+
+
+def decode_event(type_name: str, version: int, payload: Any) -> Event:
+    """Rebuild an event from its stored form, or raise :class:`EventDecodeError`."""
+    cls = EVENT_TYPES.get(type_name)
+    if cls is None:
+        raise EventDecodeError(
+            f"unknown event type {type_name!r}; known types: {', '.join(sorted(EVENT_TYPES))}"
+        )
+    if not isinstance(version, int) or version < 1 or version > cls.version:
+        raise EventDecodeError(
+            f"event {type_name!r} has schema version {version!r}, this statemachine reads "
+            f"versions 1..{cls.version}; upgrade statemachine to read this log"
+        )
+    if not isinstance(payload, Mapping):
+        raise EventDecodeError(f"event {type_name!r} payload is not a JSON object: {payload!r}")
+    try:
+        return cls.from_payload(payload)
+    except EventDecodeError:
+        raise
+    except (TypeError, ValueError, KeyError) as exc:
+        raise EventDecodeError(f"event {type_name!r} has an invalid payload: {exc}") from None

@@ -1,0 +1,388 @@
+"""The trial state machine: states, guarded transitions and their effects, with ``transitions``.
+
+One :class:`transitions.Machine` is built once for all trials (``auto_transitions`` off, no
+registered models) and drives plain :class:`TrialState` objects through
+``machine.events[trigger].trigger(state, ...)``. Building it per trial, or registering every
+trial with ``add_model``, costs far more and grows faster than linearly (see DESIGN.md).
+
+Guards are evaluated in the order the transitions are listed; the first whose conditions all
+hold fires, runs its effects (the ``before`` callbacks) and moves the trial to its destination.
+Effects mutate only the trial state; the whole module is pure: no I/O, no clock, no randomness.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from transitions import EventData, Machine, MachineError
+
+from statemachine.domain.events import (
+    CheckpointSaved,
+    CheckpointsDiscarded,
+    Event,
+    PolicySet,
+    TrialFailed,
+    TrialReset,
+    TrialStarted,
+)
+from statemachine.domain.failures import ActorError, TrialError
+from statemachine.domain.policy import ExhaustionAction, RetryPolicy
+from statemachine.domain.state import CHECKPOINT_HISTORY, Counters, TrialState
+from statemachine.domain.status import Decision, Status
+from statemachine.exceptions import InvalidTransitionError
+
+# transitions logs every callback at INFO; a fold of millions of events must not.
+logging.getLogger("transitions").setLevel(logging.WARNING)
+
+Guard = Callable[[EventData], bool]
+Effect = Callable[[EventData], None]
+
+LIVE = [Status.PENDING, Status.RUNNING, Status.PAUSED, Status.RESTORING]
+ENDED = [Status.TERMINATED, Status.ERROR]
+
+
+@dataclass(frozen=True, slots=True)
+class TransitionRecord:
+    """What one event did to a trial: the answer to every ``apply``."""
+
+    trial_id: str
+    event: str
+    status_before: Status
+    status_after: Status
+    decision: Decision | None
+    counters: Counters
+    error: TrialError | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form of this record."""
+        return {
+            "trial_id": self.trial_id,
+            "event": self.event,
+            "status_before": self.status_before.value,
+            "status_after": self.status_after.value,
+            "decision": self.decision.value if self.decision else None,
+            "counters": self.counters._asdict(),
+            "error": self.error.to_dict() if self.error else None,
+        }
+
+
+# ---------------------------------------------------------------- guards (pure predicates)
+
+
+def _state(ed: EventData) -> TrialState:
+    return ed.model  # type: ignore[no-any-return]
+
+
+def _policy(ed: EventData) -> RetryPolicy:
+    return ed.kwargs["policy"]  # type: ignore[no-any-return]
+
+
+def _error(ed: EventData) -> TrialError:
+    event = ed.kwargs["event"]
+    assert isinstance(event, TrialFailed)
+    return event.error
+
+
+def has_checkpoint(ed: EventData) -> bool:
+    """The trial has a checkpoint to restore from (known, or named by the start event)."""
+    event = ed.kwargs["event"]
+    restore_from = event.restore_from if isinstance(event, TrialStarted) else None
+    return restore_from is not None or _state(ed).latest_checkpoint is not None
+
+
+def is_fatal(ed: EventData) -> bool:
+    """The failure is an ``AbortError`` or its cause type is listed as fatal by the policy."""
+    error = _error(ed)
+    return not error.retryable or _policy(ed).is_fatal(error.cause_type)
+
+
+def restore_retry_left(ed: EventData) -> bool:
+    """Restore failures in this episode are still below ``restore_retry_num``."""
+    return _state(ed).restore_failures < _policy(ed).restore_retry_num
+
+
+def next_failure_within(ed: EventData) -> bool:
+    """Counting this failure keeps the trial within ``max_failures`` (Ray's should_recover)."""
+    return _policy(ed).within_max_failures(_state(ed).failures + 1)
+
+
+def failures_within(ed: EventData) -> bool:
+    """The failures counted so far are within ``max_failures``."""
+    return _policy(ed).within_max_failures(_state(ed).failures)
+
+
+def uncounted_preemption(ed: EventData) -> bool:
+    """A preempted actor, and the policy does not count preemptions as failures."""
+    error = _error(ed)
+    return (
+        isinstance(error, ActorError)
+        and error.preempted
+        and not _policy(ed).count_preemption_as_failure
+    )
+
+
+def preemption_budget_left(ed: EventData) -> bool:
+    """The separate preemption budget (if any) allows one more preemption."""
+    limit = _policy(ed).max_preemptions
+    return limit is None or _state(ed).preemptions + 1 <= limit
+
+
+def on_exhausted(action: ExhaustionAction) -> Guard:
+    """Guard: the policy's exhaustion action is ``action``."""
+
+    def guard(ed: EventData) -> bool:
+        return _policy(ed).on_restore_exhausted is action
+
+    guard.__name__ = f"on_exhausted_{action.value}"
+    return guard
+
+
+def has_older_checkpoint(ed: EventData) -> bool:
+    """There is a checkpoint older than the one being restored."""
+    state = _state(ed)
+    current = state.restoring_from or state.latest_checkpoint
+    if current is None or current not in state.checkpoints:
+        return len(state.checkpoints) > 1
+    return state.checkpoints.index(current) > 0
+
+
+# ---------------------------------------------------------------- effects
+
+
+def record_error(ed: EventData) -> None:
+    """Remember the failure as the trial's last error."""
+    _state(ed).last_error = _error(ed)
+
+
+def count_failure(ed: EventData) -> None:
+    """One more failure against ``max_failures``."""
+    _state(ed).failures += 1
+
+
+def count_restore_retry(ed: EventData) -> None:
+    """One more restore failure in this episode (a retry, not a failure)."""
+    state = _state(ed)
+    state.restore_failures += 1
+    state.total_restore_failures += 1
+
+
+def count_exhausted_restore(ed: EventData) -> None:
+    """A restore failure past the retries: counted in the total only (Ray keeps the episode)."""
+    _state(ed).total_restore_failures += 1
+
+
+def count_preemption(ed: EventData) -> None:
+    """One more uncounted preemption."""
+    _state(ed).preemptions += 1
+
+
+def begin_restore(ed: EventData) -> None:
+    """A restore episode refers to the checkpoint named by the start event, or the latest."""
+    state = _state(ed)
+    event = ed.kwargs["event"]
+    state.restoring_from = (
+        event.restore_from if isinstance(event, TrialStarted) and event.restore_from else None
+    ) or state.latest_checkpoint
+
+
+def end_restore_episode(ed: EventData) -> None:
+    """The restore episode is over: its counter goes back to 0."""
+    state = _state(ed)
+    state.restore_failures = 0
+    state.restoring_from = None
+
+
+def discard_all_checkpoints(ed: EventData) -> None:
+    """Forget every checkpoint: the trial starts from scratch."""
+    _state(ed).checkpoints = ()
+
+
+def drop_restoring_checkpoint(ed: EventData) -> None:
+    """Forget the checkpoint that failed to restore and every newer one."""
+    state = _state(ed)
+    current = state.restoring_from or state.latest_checkpoint
+    if current in state.checkpoints:
+        state.checkpoints = state.checkpoints[: state.checkpoints.index(current)]
+    else:
+        state.checkpoints = state.checkpoints[:-1]
+
+
+def add_checkpoint(ed: EventData) -> None:
+    """Remember a new checkpoint as the latest."""
+    event = ed.kwargs["event"]
+    assert isinstance(event, CheckpointSaved)
+    state = _state(ed)
+    kept = tuple(c for c in state.checkpoints if c != event.checkpoint)
+    state.checkpoints = (kept + (event.checkpoint,))[-CHECKPOINT_HISTORY:]
+
+
+def forget_discarded(ed: EventData) -> None:
+    """Forget the checkpoints named by a ``CheckpointsDiscarded`` event."""
+    event = ed.kwargs["event"]
+    assert isinstance(event, CheckpointsDiscarded)
+    gone = set(event.checkpoints)
+    state = _state(ed)
+    state.checkpoints = tuple(c for c in state.checkpoints if c not in gone)
+
+
+def set_policy(ed: EventData) -> None:
+    """The policy of a ``PolicySet`` event is in force from now on."""
+    event = ed.kwargs["event"]
+    assert isinstance(event, PolicySet)
+    _state(ed).policy = event.policy
+
+
+def reset_trial(ed: EventData) -> None:
+    """An ended trial is queued again; from scratch drops its checkpoints."""
+    event = ed.kwargs["event"]
+    assert isinstance(event, TrialReset)
+    state = _state(ed)
+    if event.from_scratch:
+        state.checkpoints = ()
+    state.restore_failures = 0
+    state.restoring_from = None
+
+
+def decide(decision: Decision) -> Effect:
+    """Effect: record ``decision`` as the trial's last decision."""
+
+    def effect(ed: EventData) -> None:
+        _state(ed).last_decision = decision
+
+    effect.__name__ = f"decide_{decision.value}"
+    return effect
+
+
+# ---------------------------------------------------------------- the transition table
+
+
+def _fail_transitions() -> list[dict[str, Any]]:
+    restoring = [Status.RESTORING]
+    active = [Status.PENDING, Status.RUNNING]
+    within = [next_failure_within]
+    return [
+        # While RESTORING, every failure follows the restore rules (as Ray's handle_error).
+        dict(source=restoring, dest=Status.ERROR, conditions=[is_fatal],
+             before=[record_error, count_failure, decide(Decision.GIVE_UP)]),
+        dict(source=restoring, dest=Status.PENDING, conditions=[restore_retry_left],
+             before=[record_error, count_restore_retry, decide(Decision.RETRY_RESTORE)]),
+        dict(source=restoring, dest=Status.PENDING,
+             conditions=[*within, on_exhausted(ExhaustionAction.RETRY_CHECKPOINT)],
+             before=[record_error, count_failure, count_exhausted_restore,
+                     decide(Decision.RECOVER)]),
+        dict(source=restoring, dest=Status.PENDING,
+             conditions=[*within, on_exhausted(ExhaustionAction.PREVIOUS_CHECKPOINT),
+                         has_older_checkpoint],
+             before=[record_error, count_failure, count_exhausted_restore,
+                     drop_restoring_checkpoint, end_restore_episode,
+                     decide(Decision.PREVIOUS_CHECKPOINT)]),
+        # restart_from_scratch, and previous_checkpoint with no older checkpoint left.
+        dict(source=restoring, dest=Status.PENDING, conditions=within,
+             before=[record_error, count_failure, count_exhausted_restore,
+                     discard_all_checkpoints, end_restore_episode,
+                     decide(Decision.RESTART_FROM_SCRATCH)]),
+        dict(source=restoring, dest=Status.ERROR,
+             before=[record_error, count_failure, count_exhausted_restore,
+                     decide(Decision.GIVE_UP)]),
+        # Failures while starting or training.
+        dict(source=active, dest=Status.ERROR, conditions=[is_fatal],
+             before=[record_error, count_failure, decide(Decision.GIVE_UP)]),
+        dict(source=active, dest=Status.PENDING,
+             conditions=[uncounted_preemption, preemption_budget_left, failures_within],
+             before=[record_error, count_preemption, decide(Decision.RECOVER_PREEMPTED)]),
+        dict(source=active, dest=Status.ERROR, conditions=[uncounted_preemption],
+             before=[record_error, count_preemption, decide(Decision.GIVE_UP)]),
+        dict(source=active, dest=Status.PENDING, conditions=within,
+             before=[record_error, count_failure, decide(Decision.RECOVER)]),
+        dict(source=active, dest=Status.ERROR,
+             before=[record_error, count_failure, decide(Decision.GIVE_UP)]),
+    ]
+
+
+def transition_table() -> list[dict[str, Any]]:
+    """Every transition of the trial state machine, in guard order, as ``transitions`` specs."""
+    every = [Status.NEW, *LIVE, *ENDED]
+    table: list[dict[str, Any]] = [
+        dict(trigger="add", source=Status.NEW, dest=Status.PENDING),
+        dict(trigger="start", source=Status.PENDING, dest=Status.RESTORING,
+             conditions=[has_checkpoint], before=[begin_restore]),
+        dict(trigger="start", source=Status.PENDING, dest=Status.RUNNING),
+        dict(trigger="restored", source=Status.RESTORING, dest=Status.RUNNING,
+             before=[end_restore_episode]),
+        dict(trigger="checkpoint", source=[*LIVE, Status.TERMINATED], dest=None,
+             before=[add_checkpoint]),
+        dict(trigger="pause", source=Status.RUNNING, dest=Status.PAUSED),
+        dict(trigger="resume", source=Status.PAUSED, dest=Status.PENDING),
+        dict(trigger="complete", source=Status.RUNNING, dest=Status.TERMINATED),
+        dict(trigger="stop", source=LIVE, dest=Status.TERMINATED),
+        dict(trigger="reset", source=ENDED, dest=Status.PENDING, before=[reset_trial]),
+        dict(trigger="discard_checkpoints", source=every, dest=None, before=[forget_discarded]),
+        dict(trigger="set_policy", source=every, dest=None, before=[set_policy]),
+    ]
+    table += [dict(trigger="fail", **spec) for spec in _fail_transitions()]
+    return table
+
+
+def build_machine() -> Machine:
+    """Build the one shared ``transitions.Machine`` (no models registered)."""
+    return Machine(
+        model=None,
+        states=Status,
+        initial=Status.NEW,
+        transitions=transition_table(),
+        auto_transitions=False,
+        send_event=True,
+        ignore_invalid_triggers=False,
+        model_attribute="status",
+    )
+
+
+#: The machine every trial is driven through.
+MACHINE = build_machine()
+
+
+def apply(
+    state: TrialState, event: Event, policy: RetryPolicy | None = None
+) -> TransitionRecord:
+    """Fold one event into ``state`` (in place) and return what it did.
+
+    ``policy`` overrides the policy in force (a what-if replay); by default the state's own
+    policy, set by ``PolicySet`` events, applies. An event not valid in the current state
+    raises :class:`InvalidTransitionError` and leaves ``state`` unchanged.
+    """
+    before = state.status
+    trigger = MACHINE.events.get(event.trigger)
+    if trigger is None:
+        raise InvalidTransitionError(state.trial_id, before.value, event.type_name)
+    try:
+        fired = trigger.trigger(state, event=event, policy=policy or state.policy)
+    except MachineError:
+        fired = False
+    if not fired:
+        raise InvalidTransitionError(state.trial_id, before.value, event.type_name)
+    state.seq += 1
+    failed = isinstance(event, TrialFailed)
+    return TransitionRecord(
+        trial_id=state.trial_id,
+        event=event.type_name,
+        status_before=before,
+        status_after=state.status,
+        decision=state.last_decision if failed else None,
+        counters=state.counters,
+        error=event.error if failed else None,
+    )
+
+
+def fold(
+    trial_id: str,
+    events: Iterable[Event],
+    policy: RetryPolicy | None = None,
+    state: TrialState | None = None,
+) -> tuple[TrialState, list[TransitionRecord]]:
+    """Fold ``events`` from ``state`` (default: a new trial) and return the state and records."""
+    current = state.copy() if state is not None else TrialState(trial_id)
+    records = [apply(current, event, policy) for event in events]
+    return current, records

@@ -1,0 +1,146 @@
+"""The retry policy: how many failures, restore retries and preemptions a trial may take.
+
+The defaults are Ray Tune's. :meth:`RetryPolicy.from_env` reads the same environment variables
+Ray does (``TUNE_RESTORE_RETRY_NUM``, ``RAY_TRAIN_COUNT_PREEMPTION_AS_FAILURE``); the policy in
+force is recorded in the event log, so a replay never depends on the environment it runs in.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from enum import Enum
+from typing import Any
+
+from statemachine.exceptions import PolicyError
+
+RESTORE_RETRY_ENV = "TUNE_RESTORE_RETRY_NUM"
+COUNT_PREEMPTION_ENV = "RAY_TRAIN_COUNT_PREEMPTION_AS_FAILURE"
+
+
+class ExhaustionAction(str, Enum):
+    """What to do when a trial's restore retries are spent and it may still recover."""
+
+    RETRY_CHECKPOINT = "retry_checkpoint"
+    """Keep restoring from the same checkpoint, each failure counted (Ray 2.x)."""
+    RESTART_FROM_SCRATCH = "restart_from_scratch"
+    """Discard the trial's checkpoints and start training anew."""
+    PREVIOUS_CHECKPOINT = "previous_checkpoint"
+    """Fall back to the next older checkpoint; from scratch when none is left."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a trial's failures are counted and when it gives up.
+
+    Attributes:
+        max_failures: recover while ``num_failures <= max_failures``; negative: always (Ray).
+        restore_retry_num: restore failures per checkpoint that do not count as failures.
+        count_preemption_as_failure: whether a preempted actor counts against ``max_failures``.
+        max_preemptions: separate budget for uncounted preemptions (``None``: unlimited).
+        on_restore_exhausted: what to do once the restore retries are spent.
+        delete_discarded_checkpoints: delete the folders of checkpoints a restart discards.
+        fatal_exception_types: exception type names (short or qualified) never retried.
+    """
+
+    max_failures: int = 0
+    restore_retry_num: int = 0
+    count_preemption_as_failure: bool = False
+    max_preemptions: int | None = None
+    on_restore_exhausted: ExhaustionAction = ExhaustionAction.RETRY_CHECKPOINT
+    delete_discarded_checkpoints: bool = False
+    fatal_exception_types: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        def _int(name: str, value: object, minimum: int | None) -> None:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise PolicyError(f"{name} must be an integer, got {value!r}")
+            if minimum is not None and value < minimum:
+                raise PolicyError(f"{name} must be >= {minimum}, got {value}")
+
+        _int("max_failures", self.max_failures, None)
+        _int("restore_retry_num", self.restore_retry_num, 0)
+        if self.max_preemptions is not None:
+            _int("max_preemptions", self.max_preemptions, 0)
+        for name in ("count_preemption_as_failure", "delete_discarded_checkpoints"):
+            if not isinstance(getattr(self, name), bool):
+                raise PolicyError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        try:
+            action = ExhaustionAction(self.on_restore_exhausted)
+        except ValueError:
+            choices = ", ".join(a.value for a in ExhaustionAction)
+            raise PolicyError(
+                f"on_restore_exhausted must be one of {choices}, got {self.on_restore_exhausted!r}"
+            ) from None
+        object.__setattr__(self, "on_restore_exhausted", action)
+        fatal = self.fatal_exception_types
+        if isinstance(fatal, str) or not all(isinstance(n, str) and n for n in fatal):
+            raise PolicyError(
+                f"fatal_exception_types must be a list of exception type names, got {fatal!r}"
+            )
+        object.__setattr__(self, "fatal_exception_types", tuple(fatal))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> RetryPolicy:
+        """Ray's defaults, read from the environment as Ray reads them, then ``overrides``."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        raw = env.get(RESTORE_RETRY_ENV)
+        if raw not in (None, ""):
+            try:
+                values["restore_retry_num"] = int(raw)
+            except ValueError:
+                raise PolicyError(
+                    f"{RESTORE_RETRY_ENV} must be an integer, got {raw!r}"
+                ) from None
+        raw = env.get(COUNT_PREEMPTION_ENV)
+        if raw not in (None, ""):
+            try:
+                values["count_preemption_as_failure"] = bool(int(raw))
+            except ValueError:
+                raise PolicyError(f"{COUNT_PREEMPTION_ENV} must be 0 or 1, got {raw!r}") from None
+        values.update(overrides)
+        return cls(**values)
+
+    def within_max_failures(self, num_failures: int) -> bool:
+        """Ray's ``should_recover``: ``num_failures <= max_failures`` or unlimited."""
+        return self.max_failures < 0 or num_failures <= self.max_failures
+
+    def is_fatal(self, cause_type: str) -> bool:
+        """Whether a cause of this qualified type name is listed as fatal."""
+        short = cause_type.rsplit(".", 1)[-1]
+        return cause_type in self.fatal_exception_types or short in self.fatal_exception_types
+
+    def replace(self, **changes: Any) -> RetryPolicy:
+        """A copy with some fields changed (validated like a new policy)."""
+        return type(self)(**{**self.to_dict(), **changes})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form of this policy."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Enum):
+                value = value.value
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RetryPolicy:
+        """Rebuild a policy from :meth:`to_dict` output; unknown fields are refused."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise PolicyError(f"unknown retry policy field(s): {', '.join(unknown)}")
+        values = dict(data)
+        if "fatal_exception_types" in values and isinstance(
+            values["fatal_exception_types"], list
+        ):
+            values["fatal_exception_types"] = tuple(values["fatal_exception_types"])
+        return cls(**values)

@@ -1,0 +1,113 @@
+"""The folded state of one trial: status, counters, checkpoints, policy in force."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from statemachine.domain.failures import TrialError
+from statemachine.domain.policy import RetryPolicy
+from statemachine.domain.status import Decision, Status
+
+#: Checkpoints remembered per trial, newest last; older ones fall off (bounded snapshots).
+CHECKPOINT_HISTORY = 32
+
+
+class Counters(NamedTuple):
+    """A trial's failure counters after a transition."""
+
+    failures: int
+    """Failures counted against ``max_failures`` (Ray's ``num_failures``)."""
+    restore_failures: int
+    """Restore failures in the current restore episode (Ray's ``num_restore_failures``)."""
+    total_restore_failures: int
+    """Restore failures over the trial's whole life."""
+    preemptions: int
+    """Preemptions not counted as failures."""
+
+
+@dataclass(slots=True)
+class TrialState:
+    """The state of one trial, as folded from its events.
+
+    The state machine mutates it in place while folding; use :meth:`copy` to keep a version.
+    """
+
+    trial_id: str
+    status: Status = Status.NEW
+    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    failures: int = 0
+    restore_failures: int = 0
+    total_restore_failures: int = 0
+    preemptions: int = 0
+    checkpoints: tuple[str, ...] = ()
+    restoring_from: str | None = None
+    """Checkpoint of the current restore episode (what ``restore_failures`` refers to)."""
+    last_error: TrialError | None = None
+    last_decision: Decision | None = None
+    seq: int = 0
+    """Number of events folded into this state (the per-trial sequence number)."""
+
+    @property
+    def counters(self) -> Counters:
+        """The four failure counters."""
+        return Counters(
+            self.failures, self.restore_failures, self.total_restore_failures, self.preemptions
+        )
+
+    @property
+    def latest_checkpoint(self) -> str | None:
+        """The newest known checkpoint, or ``None``."""
+        return self.checkpoints[-1] if self.checkpoints else None
+
+    def copy(self) -> TrialState:
+        """An independent copy (all fields are immutable values)."""
+        return TrialState(
+            self.trial_id,
+            self.status,
+            self.policy,
+            self.failures,
+            self.restore_failures,
+            self.total_restore_failures,
+            self.preemptions,
+            self.checkpoints,
+            self.restoring_from,
+            self.last_error,
+            self.last_decision,
+            self.seq,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form of this state (what a snapshot stores)."""
+        return {
+            "trial_id": self.trial_id,
+            "status": self.status.value,
+            "policy": self.policy.to_dict(),
+            "failures": self.failures,
+            "restore_failures": self.restore_failures,
+            "total_restore_failures": self.total_restore_failures,
+            "preemptions": self.preemptions,
+            "checkpoints": list(self.checkpoints),
+            "restoring_from": self.restoring_from,
+            "last_error": self.last_error.to_dict() if self.last_error else None,
+            "last_decision": self.last_decision.value if self.last_decision else None,
+            "seq": self.seq,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrialState:
+        """Rebuild a state from :meth:`to_dict` output."""
+        return cls(
+            trial_id=data["trial_id"],
+            status=Status(data["status"]),
+            policy=RetryPolicy.from_dict(data["policy"]),
+            failures=data["failures"],
+            restore_failures=data["restore_failures"],
+            total_restore_failures=data["total_restore_failures"],
+            preemptions=data["preemptions"],
+            checkpoints=tuple(data["checkpoints"]),
+            restoring_from=data["restoring_from"],
+            last_error=TrialError.from_dict(data["last_error"]) if data["last_error"] else None,
+            last_decision=Decision(data["last_decision"]) if data["last_decision"] else None,
+            seq=data["seq"],
+        )
