@@ -22,13 +22,14 @@ from statemachine.domain.state import TrialState
 from statemachine.domain.status import Status
 from statemachine.exceptions import InvalidTransitionError
 
-_Branch = tuple[tuple[tuple[Callable[[Any], Any], bool], ...], tuple[Callable[[Any], Any], ...], Status | None]
+_Guard = tuple[Callable[[Any], Any], bool]
+_Branch = tuple[tuple[_Guard, ...], tuple[Callable[[Any], Any], ...], Status | None]
 
 
 class _EventData:
     """The two attributes of ``transitions.EventData`` that guards and effects read."""
 
-    __slots__ = ("model", "kwargs")
+    __slots__ = ("kwargs", "model")
 
     def __init__(self, model: TrialState, kwargs: dict[str, Any]) -> None:
         self.model = model

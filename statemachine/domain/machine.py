@@ -216,7 +216,7 @@ def add_checkpoint(ed: EventData) -> None:
     assert isinstance(event, CheckpointSaved)
     state = _state(ed)
     kept = tuple(c for c in state.checkpoints if c != event.checkpoint)
-    state.checkpoints = (kept + (event.checkpoint,))[-CHECKPOINT_HISTORY:]
+    state.checkpoints = (*kept, event.checkpoint)[-CHECKPOINT_HISTORY:]
 
 
 def forget_discarded(ed: EventData) -> None:
