@@ -49,8 +49,10 @@ def _unwrap_ray(exc: BaseException) -> tuple[BaseException, str | None, bool | N
 
     traceback_text: str | None = None
     if isinstance(exc, RayTaskError):
-        traceback_text = exc.traceback_str
-        cause = exc.cause if exc.cause is not None else exc
+        # ``ray.get`` raises ``as_instanceof_cause()`` duals: their ``__getattr__`` forwards to
+        # the cause, so ``traceback_str`` may be missing (AttributeError) rather than None.
+        traceback_text = getattr(exc, "traceback_str", None) or None
+        cause = getattr(exc, "cause", None) or exc
         if isinstance(cause, RayActorError):
             return cause, traceback_text, bool(cause.preempted)
         return cause, traceback_text, None

@@ -8,13 +8,15 @@ type, a version newer than this code, or a malformed payload raises :class:`Even
 from __future__ import annotations
 
 import dataclasses
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from statemachine.domain.failures import TrialError
 from statemachine.domain.policy import RetryPolicy
-from statemachine.exceptions import EventDecodeError, StateMachineError
+from statemachine.exceptions import EventDecodeError, PolicyError, StateMachineError
 
 
 @dataclass(frozen=True)
@@ -35,10 +37,33 @@ class Event:
         """The JSON payload of this event (without its type and version)."""
         return {f.name: _to_json(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
+    #: Payload fields that must be present (their defaults are only placeholders).
+    required: ClassVar[tuple[str, ...]] = ()
+
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> Event:
-        """Rebuild an event of this type from its payload."""
-        return cls(**payload)
+        """Rebuild an event of this type from its payload, checking every field's type.
+
+        Raises :class:`EventDecodeError` naming the field for an unknown or missing field or a
+        value of the wrong type.
+        """
+        hints = _field_hints(cls)
+        unknown = sorted(set(payload) - set(hints))
+        if unknown:
+            raise EventDecodeError(
+                f"event {cls.type_name!r} payload has unknown field(s): {', '.join(unknown)}"
+            )
+        missing = [name for name in cls.required if name not in payload]
+        if missing:
+            raise EventDecodeError(
+                f"event {cls.type_name!r} payload lacks field(s): {', '.join(missing)}"
+            )
+        values = {
+            name: _from_json(cls.type_name, name, payload[name], hint)
+            for name, hint in hints.items()
+            if name in payload
+        }
+        return cls(**values)
 
 
 def _to_json(value: Any) -> Any:
@@ -46,6 +71,61 @@ def _to_json(value: Any) -> Any:
         return value.to_dict()
     if isinstance(value, tuple):
         return list(value)
+    return value
+
+
+_HINTS: dict[type[Event], dict[str, Any]] = {}
+
+
+def _field_hints(cls: type[Event]) -> dict[str, Any]:
+    """The resolved type hints of an event class's payload fields (cached)."""
+    hints = _HINTS.get(cls)
+    if hints is None:
+        resolved = typing.get_type_hints(cls)
+        hints = {f.name: resolved[f.name] for f in dataclasses.fields(cls)}
+        _HINTS[cls] = hints
+    return hints
+
+
+def _from_json(type_name: str, name: str, value: Any, hint: Any) -> Any:
+    """Check a payload value against its field's type hint and convert it back."""
+
+    def bad() -> EventDecodeError:
+        return EventDecodeError(
+            f"event {type_name!r} field {name!r} has an invalid value {value!r} "
+            f"(expected {hint.__name__ if isinstance(hint, type) else hint})"
+        )
+
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        (hint,) = [option for option in options if option is not type(None)]
+        origin = typing.get_origin(hint)
+    if hint is TrialError:
+        if not isinstance(value, Mapping):
+            raise bad()
+        return TrialError.from_dict(dict(value))
+    if hint is RetryPolicy:
+        if not isinstance(value, Mapping):
+            raise bad()
+        try:
+            return RetryPolicy.from_dict(value)
+        except (PolicyError, TypeError) as exc:
+            raise EventDecodeError(f"event {type_name!r} field {name!r}: {exc}") from None
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise bad()
+        return tuple(value)
+    if origin is dict:
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+            raise bad()
+        return dict(value)
+    if hint is int and isinstance(value, bool):
+        raise bad()
+    if isinstance(hint, type) and not isinstance(value, hint):
+        raise bad()
     return value
 
 
@@ -123,15 +203,8 @@ class TrialFailed(Event):
 
     type_name = "TrialFailed"
     trigger = "fail"
-    error: TrialError = field(default_factory=lambda: TrialError("builtins.Exception", ""))
-
-    @classmethod
-    def from_payload(cls, payload: Mapping[str, Any]) -> Event:
-        """Rebuild the event, decoding its typed failure."""
-        error = payload.get("error")
-        if not isinstance(error, Mapping):
-            raise EventDecodeError(f"TrialFailed payload has no error record: {payload!r}")
-        return cls(error=TrialError.from_dict(dict(error)))
+    required = ("error",)
+    error: TrialError
 
 
 @dataclass(frozen=True)
@@ -144,13 +217,6 @@ class CheckpointsDiscarded(Event):
     deleted: bool = False
     reason: str = ""
 
-    @classmethod
-    def from_payload(cls, payload: Mapping[str, Any]) -> Event:
-        """Rebuild the event with its checkpoint list as a tuple."""
-        values = dict(payload)
-        values["checkpoints"] = tuple(values.get("checkpoints", ()))
-        return cls(**values)
-
 
 @dataclass(frozen=True)
 class PolicySet(Event):
@@ -158,12 +224,8 @@ class PolicySet(Event):
 
     type_name = "PolicySet"
     trigger = "set_policy"
+    required = ("policy",)
     policy: RetryPolicy = field(default_factory=RetryPolicy)
-
-    @classmethod
-    def from_payload(cls, payload: Mapping[str, Any]) -> Event:
-        """Rebuild the event, validating its policy."""
-        return cls(policy=RetryPolicy.from_dict(payload.get("policy") or {}))
 
 
 @dataclass(frozen=True)

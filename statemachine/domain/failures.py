@@ -46,16 +46,20 @@ class TrialError(Exception):
         try:
             cls = FAILURE_KINDS[data["kind"]]
             kwargs = {
-                "cause_type": str(data["cause_type"]),
-                "message": str(data["message"]),
-                "traceback": str(data.get("traceback", "")),
+                "cause_type": data["cause_type"],
+                "message": data["message"],
+                "traceback": data.get("traceback", ""),
             }
+            if not all(isinstance(value, str) for value in kwargs.values()):
+                raise TypeError("cause_type, message and traceback must be strings")
             if cls is ActorError:
-                return ActorError(preempted=bool(data["preempted"]), **kwargs)
+                if not isinstance(data["preempted"], bool):
+                    raise TypeError("preempted must be true or false")
+                return ActorError(preempted=data["preempted"], **kwargs)
             return cls(**kwargs)
         except (KeyError, TypeError) as exc:
             raise EventDecodeError(
-                f"invalid failure record {data!r}: missing or unknown field {exc}"
+                f"invalid failure record {data!r}: missing, unknown or mistyped field {exc}"
             ) from None
 
     def __eq__(self, other: object) -> bool:

@@ -141,11 +141,15 @@ def on_exhausted(action: ExhaustionAction) -> Guard:
 
 
 def has_older_checkpoint(ed: EventData) -> bool:
-    """There is a checkpoint older than the one being restored."""
+    """There is a known checkpoint to fall back to, other than the one that failed.
+
+    That is one older than the checkpoint being restored, or any known checkpoint when the
+    one being restored is not among them (named by the start event, or discarded since).
+    """
     state = _state(ed)
     current = state.restoring_from or state.latest_checkpoint
-    if current is None or current not in state.checkpoints:
-        return len(state.checkpoints) > 1
+    if current not in state.checkpoints:
+        return bool(state.checkpoints)
     return state.checkpoints.index(current) > 0
 
 
@@ -201,13 +205,11 @@ def discard_all_checkpoints(ed: EventData) -> None:
 
 
 def drop_restoring_checkpoint(ed: EventData) -> None:
-    """Forget the checkpoint that failed to restore and every newer one."""
+    """Forget the checkpoint that failed to restore and every newer one (none if unknown)."""
     state = _state(ed)
     current = state.restoring_from or state.latest_checkpoint
     if current in state.checkpoints:
         state.checkpoints = state.checkpoints[: state.checkpoints.index(current)]
-    else:
-        state.checkpoints = state.checkpoints[:-1]
 
 
 def add_checkpoint(ed: EventData) -> None:
@@ -236,12 +238,19 @@ def set_policy(ed: EventData) -> None:
 
 
 def reset_trial(ed: EventData) -> None:
-    """An ended trial is queued again; from scratch drops its checkpoints."""
+    """An ended trial is queued again.
+
+    As Ray's ``resume_errored``, the failure counters are kept and only the (unpersisted)
+    restore episode is forgotten; as ``restart_errored`` (``from_scratch``), which builds a
+    fresh ``Trial``, the checkpoints and the failure budgets start anew as well.
+    """
     event = ed.kwargs["event"]
     assert isinstance(event, TrialReset)
     state = _state(ed)
     if event.from_scratch:
         state.checkpoints = ()
+        state.failures = 0
+        state.preemptions = 0
     state.restore_failures = 0
     state.restoring_from = None
 
@@ -261,14 +270,21 @@ def decide(decision: Decision) -> Effect:
 
 def _fail_transitions() -> list[dict[str, Any]]:
     restoring = [Status.RESTORING]
-    active = [Status.PENDING, Status.RUNNING]
+    # Ray's _actor_failed sets a PENDING or PAUSED trial whose actor died to RUNNING and then
+    # handles the failure like any other, so they follow the training rules.
+    active = [Status.PENDING, Status.RUNNING, Status.PAUSED]
     within = [next_failure_within]
     return [
         # While RESTORING, every failure follows the restore rules (as Ray's handle_error).
         dict(source=restoring, dest=Status.ERROR, conditions=[is_fatal],
              before=[record_error, count_failure, decide(Decision.GIVE_UP)]),
-        dict(source=restoring, dest=Status.PENDING, conditions=[restore_retry_left],
+        dict(source=restoring, dest=Status.PENDING, conditions=[restore_retry_left,
+                                                                failures_within],
              before=[record_error, count_restore_retry, decide(Decision.RETRY_RESTORE)]),
+        # Ray counts the retry, then should_recover() still refuses a trial already past
+        # max_failures (resumed with resume_errored, or the policy lowered since).
+        dict(source=restoring, dest=Status.ERROR, conditions=[restore_retry_left],
+             before=[record_error, count_restore_retry, decide(Decision.GIVE_UP)]),
         dict(source=restoring, dest=Status.PENDING,
              conditions=[*within, on_exhausted(ExhaustionAction.RETRY_CHECKPOINT)],
              before=[record_error, count_failure, count_exhausted_restore,

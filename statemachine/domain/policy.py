@@ -92,17 +92,24 @@ class RetryPolicy:
         raw = env.get(RESTORE_RETRY_ENV)
         if raw not in (None, ""):
             try:
-                values["restore_retry_num"] = int(raw)
+                retries = int(raw)
             except ValueError:
+                retries = -1
+            if retries < 0:
                 raise PolicyError(
-                    f"{RESTORE_RETRY_ENV} must be an integer, got {raw!r}"
-                ) from None
+                    f"{RESTORE_RETRY_ENV} must be an integer >= 0 (restore_retry_num), "
+                    f"got {raw!r}"
+                )
+            values["restore_retry_num"] = retries
         raw = env.get(COUNT_PREEMPTION_ENV)
         if raw not in (None, ""):
             try:
                 values["count_preemption_as_failure"] = bool(int(raw))
             except ValueError:
-                raise PolicyError(f"{COUNT_PREEMPTION_ENV} must be 0 or 1, got {raw!r}") from None
+                raise PolicyError(
+                    f"{COUNT_PREEMPTION_ENV} must be 0 or 1 (count_preemption_as_failure), "
+                    f"got {raw!r}"
+                ) from None
         values.update(overrides)
         return cls(**values)
 
