@@ -174,7 +174,7 @@ class TrialPaused(Event):
 
 @dataclass(frozen=True)
 class TrialResumed(Event):
-    """A paused trial was queued to run again."""
+    """A paused trial, or one a driver restart interrupted, was queued to run again."""
 
     type_name = "TrialResumed"
     trigger = "resume"

@@ -331,7 +331,9 @@ def transition_table() -> list[dict[str, Any]]:
         dict(trigger="checkpoint", source=[*LIVE, Status.TERMINATED], dest=None,
              before=[add_checkpoint]),
         dict(trigger="pause", source=Status.RUNNING, dest=Status.PAUSED),
-        dict(trigger="resume", source=Status.PAUSED, dest=Status.PENDING),
+        # resume: a paused trial, or a live one that a driver restart (Tuner.restore) requeued
+        dict(trigger="resume", source=[Status.PAUSED, Status.RUNNING, Status.RESTORING],
+             dest=Status.PENDING),
         dict(trigger="complete", source=Status.RUNNING, dest=Status.TERMINATED),
         dict(trigger="stop", source=LIVE, dest=Status.TERMINATED),
         dict(trigger="reset", source=ENDED, dest=Status.PENDING, before=[reset_trial]),
