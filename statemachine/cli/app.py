@@ -1,0 +1,98 @@
+"""The ``trial-replay`` command group and its error policy.
+
+Every failure a user can cause (a bad path, an unknown experiment, a database newer than the
+code, a bad option value) ends as one line on stderr and exit code 2; ``verify`` exits 1 when
+the log does not replay. Only :class:`StateMachineError` and click's own usage errors are
+caught: anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from statemachine.cli.db import DB_ENV
+from statemachine.cli.output import Output
+from statemachine.exceptions import StateMachineError
+
+PROG = "trial-replay"
+
+#: Exit code of every bad input (click's usage errors use the same code).
+EXIT_BAD_INPUT = 2
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+class ReplayGroup(click.Group):
+    """A click group whose ``main`` turns expected errors into one stderr line and a code."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> int:
+        """Run the command line; return (or, standalone, exit with) the exit code."""
+        code = self._run(args, prog_name or PROG, complete_var, **extra)
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+    def _run(
+        self,
+        args: Sequence[str] | None,
+        prog_name: str,
+        complete_var: str | None,
+        **extra: Any,
+    ) -> int:
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except StateMachineError as exc:
+            click.echo(f"{prog_name}: error: {_one_line(str(exc))}", err=True)
+            return EXIT_BAD_INPUT
+        except click.UsageError as exc:
+            hint = ""
+            if exc.ctx is not None:
+                hint = f" (see '{exc.ctx.command_path} --help')"
+            click.echo(f"{prog_name}: error: {_one_line(exc.format_message())}{hint}", err=True)
+            return exc.exit_code
+        except click.ClickException as exc:
+            click.echo(f"{prog_name}: error: {_one_line(exc.format_message())}", err=True)
+            return exc.exit_code
+        except click.Abort:
+            click.echo(f"{prog_name}: interrupted", err=True)
+            return 130
+        return rv if isinstance(rv, int) else 0
+
+
+@click.group(cls=ReplayGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--db",
+    envvar=DB_ENV,
+    show_envvar=True,
+    metavar="URL|FILE|FOLDER",
+    help="The event log: a SQLAlchemy URL, a SQLite file, or an experiment folder.",
+)
+@click.version_option(package_name="statemachine", prog_name=PROG)
+@click.pass_context
+def cli(ctx: click.Context, db: str | None) -> None:
+    """Replay a Ray Tune experiment's trial event log: what happened to each trial, why it
+    ended where it did, and what another retry policy would have done."""
+    ctx.obj = Output(db=db)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``trial-replay`` with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
+    return cli.main(argv, prog_name=PROG, standalone_mode=False)
+
+
+def run() -> None:
+    """Console-script entry point: exit with :func:`main`'s code."""
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per ``trial-replay`` command; importing this package registers them all."""

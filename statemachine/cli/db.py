@@ -1,0 +1,70 @@
+"""Find and open the event log a command reads: a URL, a SQLite file or an experiment folder.
+
+Read commands open the store with ``create=False``: no file is created and no schema is
+migrated, whatever the ``--db`` value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from statemachine.log import EventStore
+
+#: Environment variable holding the default ``--db``.
+DB_ENV = "STATEMACHINE_DB_URL"
+
+
+class BadInput(click.ClickException):
+    """A bad command-line value: one line on stderr, exit code 2."""
+
+    exit_code = 2
+
+
+def default_log_filename() -> str:
+    """The file name of the event log inside an experiment folder (decided by the Tune side)."""
+    try:
+        from statemachine.tune import DEFAULT_LOG_FILENAME
+    except ImportError:
+        return "statemachine.db"
+    return str(DEFAULT_LOG_FILENAME)
+
+
+def resolve_db(db: str | None) -> str:
+    """The URL or SQLite path that ``--db`` names; raises :class:`BadInput` when it names none."""
+    if not db:
+        raise BadInput(
+            f"no event log given: pass --db URL|FILE|FOLDER or set {DB_ENV}"
+        )
+    if "://" in db:
+        return db
+    path = Path(db).expanduser()
+    if path.is_dir():
+        log_file = path / default_log_filename()
+        if not log_file.is_file():
+            raise BadInput(
+                f"no event log in folder {path}: expected {log_file}; pass the log file or "
+                "its URL with --db"
+            )
+        return str(log_file)
+    if not path.exists():
+        raise BadInput(f"no such event log file: {path} (check the --db path)")
+    return str(path)
+
+
+@contextmanager
+def open_store(db: str | None, *, create: bool = False) -> Iterator[EventStore]:
+    """Open the store ``db`` names, read-only unless ``create``; closed on exit."""
+    from statemachine.log import EventStore
+
+    target = db if create and db else resolve_db(db)
+    store = EventStore.open(target, create=create)
+    try:
+        yield store
+    finally:
+        store.close()

@@ -1,0 +1,123 @@
+"""The trial state machine as a Graphviz graph, read from the ``transitions`` Machine itself.
+
+Nothing here restates the transition table: states, triggers, guards (in the order they are
+tried), effects and decisions all come from :data:`statemachine.domain.machine.MACHINE`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import graphviz
+from transitions import Machine
+
+from statemachine.domain.machine import MACHINE
+
+#: Fill colours per status, shared with the timeline picture.
+STATUS_COLOURS: dict[str, str] = {
+    "NEW": "#d9d9d9",
+    "PENDING": "#f6c85f",
+    "RUNNING": "#6fbf73",
+    "PAUSED": "#8dd3c7",
+    "RESTORING": "#b07cc6",
+    "TERMINATED": "#5b8def",
+    "ERROR": "#e4572e",
+}
+
+#: Formats the ``diagram`` command writes.
+FORMATS = ("svg", "png", "dot")
+
+
+class DotMissingError(Exception):
+    """Graphviz's ``dot`` program is not installed; the ``.dot`` source was written instead."""
+
+    def __init__(self, dot_file: Path) -> None:
+        super().__init__(str(dot_file))
+        self.dot_file = dot_file
+
+
+def _name(func: object) -> str:
+    return getattr(func, "__name__", repr(func))
+
+
+def _guard_text(conditions: list[object]) -> str:
+    parts = [
+        _name(c.func) if c.target else f"not {_name(c.func)}"  # type: ignore[attr-defined]
+        for c in conditions
+    ]
+    return f"[{' and '.join(parts)}]" if parts else "[otherwise]"
+
+
+def _decision(effects: list[object]) -> str:
+    for effect in effects:
+        name = _name(effect)
+        if name.startswith("decide_"):
+            return name.removeprefix("decide_")
+    return ""
+
+
+def build_graph(machine: Machine = MACHINE) -> graphviz.Digraph:
+    """A Graphviz digraph of ``machine``: one node per state, one edge per (trigger, source,
+    destination) labelled with the guards in the order they are tried and the decision."""
+    states = list(machine.states)
+    graph = graphviz.Digraph("trial_state_machine", format="svg")
+    graph.attr(rankdir="LR", fontname="Helvetica", fontsize="11", nodesep="0.5", ranksep="0.9",
+               label="Trial state machine (from statemachine.domain.machine.MACHINE)",
+               labelloc="t")
+    graph.attr("node", shape="box", style="rounded,filled", fontname="Helvetica")
+    graph.attr("edge", fontname="Helvetica", fontsize="9")
+    for state in states:
+        graph.node(state, state, fillcolor=STATUS_COLOURS.get(state, "white"),
+                   peripheries="2" if state in ("TERMINATED", "ERROR") else "1")
+    everywhere: list[str] = []
+    for trigger, event in machine.events.items():
+        sources = list(event.transitions)
+        internal_only = all(t.dest is None for ts in event.transitions.values() for t in ts)
+        if internal_only and set(sources) == set(states):
+            effects = {_name(b) for ts in event.transitions.values() for t in ts for b in t.before}
+            everywhere.append(f"{trigger} / {', '.join(sorted(effects))}")
+            continue
+        for source, transitions in event.transitions.items():
+            by_dest: dict[str, list[str]] = defaultdict(list)
+            numbered = len(transitions) > 1
+            for index, t in enumerate(transitions, start=1):
+                dest = t.dest if t.dest is not None else source
+                line = _guard_text(t.conditions) if (t.conditions or numbered) else ""
+                decision = _decision(t.before)
+                if decision:
+                    line = f"{line} → {decision}" if line else f"→ {decision}"
+                elif t.dest is None and t.before:
+                    effects = ", ".join(_name(b) for b in t.before)
+                    line = f"{line} / {effects}" if line else f"/ {effects}"
+                if numbered:
+                    line = f"{index}. {line}"
+                by_dest[dest].append(line)
+            for dest, lines in by_dest.items():
+                label = "\n".join([trigger, *[ln for ln in lines if ln]])
+                graph.edge(source, dest, label=label)
+    if everywhere:
+        graph.node("_everywhere", "in every state:\n" + "\n".join(everywhere),
+                   shape="note", style="filled", fillcolor="#f5f5f5")
+    return graph
+
+
+def write_diagram(path: Path, machine: Machine = MACHINE) -> Path:
+    """Write the diagram to ``path`` (``.svg``, ``.png`` or ``.dot``) and return it.
+
+    Raises :class:`DotMissingError` after writing ``path`` with a ``.dot`` suffix when
+    Graphviz's ``dot`` program is needed and missing.
+    """
+    fmt = path.suffix.lower().lstrip(".")
+    graph = build_graph(machine)
+    if fmt == "dot":
+        path.write_text(graph.source, encoding="utf-8")
+        return path
+    try:
+        data = graph.pipe(format=fmt)
+    except graphviz.ExecutableNotFound:
+        dot_file = path.with_suffix(".dot")
+        dot_file.write_text(graph.source, encoding="utf-8")
+        raise DotMissingError(dot_file) from None
+    path.write_bytes(data)
+    return path

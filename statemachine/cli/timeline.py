@@ -1,0 +1,343 @@
+"""The timeline picture: one row per trial, coloured spans per status, a marker per failure.
+
+The x axis is the experiment's event order (one step per event), so a burst of restore
+retries is as readable as an hour of training; vertical lines mark each new driver epoch
+(a resume after a crash or a clean restart). The model is built from the recorded columns
+of the log (status before/after, decision, error type), so a row whose payload is corrupted
+still draws. SVG and HTML are written with the standard library; PNG uses matplotlib.
+"""
+
+from __future__ import annotations
+
+import html
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from statemachine.cli.diagram import STATUS_COLOURS
+
+#: Marker shape per typed failure kind (SVG path around (0, 0), radius about 6).
+MARKER_SHAPES: dict[str, str] = {
+    "RestoreError": "M0,-7 L7,0 L0,7 L-7,0 Z",  # diamond
+    "TrainingError": "M-6,0 A6,6 0 1,0 6,0 A6,6 0 1,0 -6,0 Z",  # circle
+    "ActorError": "M0,-7 L7,6 L-7,6 Z",  # triangle
+    "AbortError": "M-6,-6 L6,6 M6,-6 L-6,6",  # cross
+}
+#: Matplotlib marker per failure kind, the same shapes as the SVG ones.
+MPL_MARKERS: dict[str, str] = {
+    "RestoreError": "D", "TrainingError": "o", "ActorError": "^", "AbortError": "X",
+}
+#: Marker colour per decision.
+DECISION_COLOURS: dict[str, str] = {
+    "RETRY_RESTORE": "#ffffff",
+    "RECOVER": "#222222",
+    "RECOVER_PREEMPTED": "#1f77b4",
+    "RESTART_FROM_SCRATCH": "#ff7f0e",
+    "PREVIOUS_CHECKPOINT": "#9467bd",
+    "GIVE_UP": "#b00020",
+}
+
+FORMATS = ("html", "svg", "png")
+
+
+class RecordedEvent(Protocol):
+    """The columns of a stored event the timeline reads."""
+
+    position: int
+    trial_id: str
+    seq: int
+    type_name: str
+    error_type: str | None
+    status_before: str | None
+    status_after: str | None
+    decision: str | None
+    epoch: int
+    recorded_at: datetime
+
+
+@dataclass(frozen=True)
+class Span:
+    """A trial in one status from event index ``start`` (inclusive) to ``end`` (exclusive)."""
+
+    status: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A failure at event index ``x``: its typed kind, the decision and a one-line detail."""
+
+    x: int
+    kind: str
+    decision: str
+    detail: str
+
+
+@dataclass
+class Row:
+    """One trial's row."""
+
+    trial_id: str
+    spans: list[Span] = field(default_factory=list)
+    markers: list[Marker] = field(default_factory=list)
+    status: str = "NEW"
+
+
+@dataclass(frozen=True)
+class EpochMark:
+    """Driver epoch ``epoch`` begins at event index ``x``."""
+
+    x: int
+    epoch: int
+
+
+@dataclass
+class TimelineModel:
+    """Everything the picture shows."""
+
+    experiment: str
+    rows: list[Row]
+    n_events: int
+    epochs: list[EpochMark]
+    first_at: datetime | None
+    last_at: datetime | None
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def build_model(experiment: str, events: Iterable[RecordedEvent]) -> TimelineModel:
+    """Lay out ``events`` (in log order) as rows, spans, markers and epoch marks."""
+    rows: dict[str, Row] = {}
+    open_span: dict[str, tuple[str, int]] = {}
+    epochs: list[EpochMark] = []
+    first_at = last_at = None
+    index = -1
+    for index, ev in enumerate(events):
+        if first_at is None:
+            first_at = ev.recorded_at
+        last_at = ev.recorded_at
+        if not epochs or epochs[-1].epoch != ev.epoch:
+            epochs.append(EpochMark(index, ev.epoch))
+        row = rows.setdefault(ev.trial_id, Row(ev.trial_id))
+        after = _text(ev.status_after) or row.status
+        current = open_span.get(ev.trial_id)
+        if current is None or current[0] != after:
+            if current is not None:
+                row.spans.append(Span(current[0], current[1], index))
+            open_span[ev.trial_id] = (after, index)
+        row.status = after
+        if ev.error_type or ev.decision:
+            kind = _text(ev.error_type) or "TrialError"
+            kind = kind.rsplit(".", 1)[-1]
+            row.markers.append(Marker(
+                index, kind, _text(ev.decision),
+                f"{ev.trial_id} seq {ev.seq} (position {ev.position}, epoch {ev.epoch}): "
+                f"{kind} {_text(ev.status_before)} -> {after} {_text(ev.decision)}",
+            ))
+    n_events = index + 1
+    for trial_id, (status, start) in open_span.items():
+        rows[trial_id].spans.append(Span(status, start, n_events))
+    return TimelineModel(experiment, list(rows.values()), n_events, epochs, first_at, last_at)
+
+
+# ---------------------------------------------------------------- SVG
+
+LABEL_W = 190
+ROW_H = 30
+TOP = 70
+LEGEND_H = 100
+
+
+def _x(model: TimelineModel, index: float, plot_w: int) -> float:
+    return LABEL_W + plot_w * index / max(model.n_events, 1)
+
+
+def render_svg(model: TimelineModel) -> str:
+    """The timeline as a standalone SVG document (one ``<g class="trial">`` per trial)."""
+    plot_w = max(720, min(1400, 14 * model.n_events))
+    width = LABEL_W + plot_w + 30
+    height = TOP + ROW_H * len(model.rows) + LEGEND_H
+    svg = ET.Element("svg", xmlns="http://www.w3.org/2000/svg", width=str(width),
+                     height=str(height), viewBox=f"0 0 {width} {height}",
+                     attrib={"font-family": "Helvetica, Arial, sans-serif", "font-size": "12"})
+    ET.SubElement(svg, "title").text = f"Timeline of experiment {model.experiment}"
+    ET.SubElement(svg, "rect", x="0", y="0", width=str(width), height=str(height), fill="white")
+    head = ET.SubElement(svg, "text", x="10", y="22", attrib={"font-size": "16",
+                                                             "font-weight": "bold"})
+    head.text = f"Experiment {model.experiment}"
+    sub = ET.SubElement(svg, "text", x="10", y="42", fill="#555")
+    span = ""
+    if model.first_at is not None and model.last_at is not None:
+        span = f", {model.first_at:%Y-%m-%d %H:%M:%S} to {model.last_at:%Y-%m-%d %H:%M:%S} UTC"
+    sub.text = (f"{len(model.rows)} trials, {model.n_events} events{span}; "
+                "x axis: event order")
+    for i, row in enumerate(model.rows):
+        y = TOP + i * ROW_H
+        group = ET.SubElement(svg, "g", attrib={"class": "trial", "data-trial-id": row.trial_id,
+                                                "data-status": row.status})
+        label = ET.SubElement(group, "text", x="10", y=str(y + ROW_H / 2 + 4))
+        label.text = f"{row.trial_id} ({row.status})"
+        for s in row.spans:
+            x0, x1 = _x(model, s.start, plot_w), _x(model, s.end, plot_w)
+            rect = ET.SubElement(group, "rect", x=f"{x0:.1f}", y=str(y + 5),
+                                 width=f"{max(x1 - x0, 1):.1f}", height=str(ROW_H - 10),
+                                 fill=STATUS_COLOURS.get(s.status, "#cccccc"),
+                                 attrib={"class": "span", "data-status": s.status})
+            ET.SubElement(rect, "title").text = f"{row.trial_id}: {s.status}"
+        for m in row.markers:
+            cx = _x(model, m.x + 0.5, plot_w)
+            cy = y + ROW_H / 2
+            path = ET.SubElement(group, "path", d=MARKER_SHAPES.get(m.kind, MARKER_SHAPES[
+                "TrainingError"]), transform=f"translate({cx:.1f},{cy:.1f})",
+                fill=DECISION_COLOURS.get(m.decision, "#888888"), stroke="#000000",
+                attrib={"class": "marker", "data-kind": m.kind, "data-decision": m.decision,
+                        "stroke-width": "1.5" if m.kind != "AbortError" else "3"})
+            ET.SubElement(path, "title").text = m.detail
+    bottom = TOP + ROW_H * len(model.rows)
+    for mark in model.epochs[1:]:
+        x = _x(model, mark.x, plot_w)
+        ET.SubElement(svg, "line", x1=f"{x:.1f}", y1=str(TOP - 8), x2=f"{x:.1f}", y2=str(bottom),
+                      stroke="#333", attrib={"stroke-dasharray": "5,4", "class": "epoch"})
+        t = ET.SubElement(svg, "text", x=f"{x + 3:.1f}", y=str(TOP - 10), fill="#333")
+        t.text = f"driver epoch {mark.epoch}"
+    _legend(svg, bottom + 20)
+    ET.indent(svg)
+    return ET.tostring(svg, encoding="unicode", xml_declaration=True)
+
+
+def _legend(svg: ET.Element, y: int) -> None:
+    x = 10
+    for status, colour in STATUS_COLOURS.items():
+        if status == "NEW":
+            continue
+        ET.SubElement(svg, "rect", x=str(x), y=str(y), width="14", height="14", fill=colour)
+        ET.SubElement(svg, "text", x=str(x + 18), y=str(y + 12)).text = status
+        x += 110
+    x = 10
+    y += 28
+    for kind, shape in MARKER_SHAPES.items():
+        ET.SubElement(svg, "path", d=shape, transform=f"translate({x + 7},{y + 7})",
+                      fill="#ffffff", stroke="#000000")
+        ET.SubElement(svg, "text", x=str(x + 18), y=str(y + 12)).text = kind
+        x += 120
+    x = 10
+    y += 28
+    for decision, colour in DECISION_COLOURS.items():
+        ET.SubElement(svg, "circle", cx=str(x + 7), cy=str(y + 7), r="6", fill=colour,
+                      stroke="#000000")
+        ET.SubElement(svg, "text", x=str(x + 18), y=str(y + 12)).text = decision
+        x += 30 + 8 * len(decision)
+
+
+# ---------------------------------------------------------------- HTML
+
+
+def render_html(model: TimelineModel, summary_rows: Sequence[dict[str, Any]] = ()) -> str:
+    """A standalone HTML page: the SVG inline (hover a marker for details) and a trial table."""
+    svg = render_svg(model).split("?>", 1)[1]
+    rows_html = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_text(r.get(c)))}</td>" for c in _TABLE_COLUMNS)
+        + "</tr>"
+        for r in summary_rows
+    )
+    table = ""
+    if summary_rows:
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in _TABLE_COLUMNS)
+        table = f"<table><thead><tr>{head}</tr></thead><tbody>{rows_html}</tbody></table>"
+    title = html.escape(f"trial-replay timeline: {model.experiment}")
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>{title}</title>
+<style>
+body {{ font-family: Helvetica, Arial, sans-serif; margin: 16px; color: #222; }}
+table {{ border-collapse: collapse; margin-top: 16px; font-size: 13px; }}
+th, td {{ border: 1px solid #ccc; padding: 3px 8px; text-align: left; }}
+th {{ background: #f0f0f0; }}
+</style>
+</head>
+<body>
+<main>
+{svg}
+{table}
+</main>
+</body>
+</html>
+"""
+
+
+_TABLE_COLUMNS = ("trial_id", "status", "num_failures", "num_restore_failures",
+                  "total_restore_failures", "num_preemptions", "last_error_type",
+                  "last_decision")
+
+
+# ---------------------------------------------------------------- PNG
+
+
+def render_png(model: TimelineModel, path: Path) -> None:
+    """Draw the timeline with matplotlib into ``path`` (PNG; trial ids in its metadata)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    from matplotlib import pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    n = len(model.rows)
+    fig_w = max(8.0, min(18.0, 0.16 * model.n_events + 3))
+    fig, ax = plt.subplots(figsize=(fig_w, 1.6 + 0.45 * n), dpi=100)
+    try:
+        for i, row in enumerate(model.rows):
+            y = n - 1 - i
+            ax.broken_barh([(s.start, s.end - s.start) for s in row.spans], (y - 0.35, 0.7),
+                           facecolors=[STATUS_COLOURS.get(s.status, "#cccccc")
+                                       for s in row.spans])
+            for m in row.markers:
+                ax.scatter([m.x + 0.5], [y], marker=MPL_MARKERS.get(m.kind, "o"), s=60,
+                           c=DECISION_COLOURS.get(m.decision, "#888888"), edgecolors="black",
+                           zorder=3)
+        for mark in model.epochs[1:]:
+            ax.axvline(mark.x, color="#333", linestyle="--", linewidth=1)
+            ax.text(mark.x + 0.3, n - 0.45, f"epoch {mark.epoch}", fontsize=8, va="bottom")
+        ax.set_yticks(range(n))
+        ax.set_yticklabels([f"{r.trial_id} ({r.status})" for r in reversed(model.rows)])
+        ax.set_xlim(0, max(model.n_events, 1))
+        ax.set_ylim(-0.6, n - 0.4 + 0.3)
+        ax.set_xlabel("event order")
+        ax.set_title(f"Experiment {model.experiment}", loc="left")
+        handles: list[Any] = [Patch(color=c, label=s) for s, c in STATUS_COLOURS.items()
+                              if s != "NEW"]
+        handles += [Line2D([], [], marker=mk, linestyle="", color="black", label=k,
+                           markerfacecolor="white") for k, mk in MPL_MARKERS.items()]
+        handles += [Line2D([], [], marker="o", linestyle="", color="black", label=d,
+                           markerfacecolor=c) for d, c in DECISION_COLOURS.items()]
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                  ncol=1 if n >= 6 else 2, fontsize=8, frameon=False)
+        fig.savefig(path, format="png", bbox_inches="tight", metadata={
+            "Title": f"trial-replay timeline: {model.experiment}",
+            "Description": "trials: " + ",".join(r.trial_id for r in model.rows),
+        })
+    finally:
+        plt.close(fig)
+
+
+def write_timeline(model: TimelineModel, path: Path,
+                   summary_rows: Sequence[dict[str, Any]] = ()) -> Path:
+    """Write the picture in the format ``path``'s suffix names."""
+    fmt = path.suffix.lower().lstrip(".")
+    if fmt == "svg":
+        path.write_text(render_svg(model), encoding="utf-8")
+    elif fmt == "html":
+        path.write_text(render_html(model, summary_rows), encoding="utf-8")
+    elif fmt == "png":
+        render_png(model, path)
+    else:
+        raise ValueError(f"unsupported timeline format {fmt!r}")
+    return path
