@@ -95,8 +95,34 @@ def fold_compiled(
     policy: RetryPolicy | None = None,
     state: TrialState | None = None,
 ) -> TrialState:
-    """Fold ``events`` through the compiled table; returns the final state only."""
+    """Fold ``events`` through the compiled table; returns the final state only.
+
+    The bulk-replay path: the same branches and callables as :func:`apply_compiled`, without
+    building a :class:`TransitionRecord` per event. An invalid event raises
+    :class:`InvalidTransitionError`; ``state`` (if given) is never modified, as with
+    :func:`statemachine.domain.machine.fold`.
+    """
     current = state.copy() if state is not None else TrialState(trial_id)
+    table = TABLE
+    ed = _EventData(current, {})
     for event in events:
-        apply_compiled(current, event, policy)
+        branches = table.get((event.trigger, current.status))
+        if branches is not None:
+            # The policy is looked up per event: a PolicySet changes it mid-fold.
+            ed.kwargs = {"event": event, "policy": policy or current.policy}
+            for conditions, effects, dest in branches:
+                for func, target in conditions:
+                    if bool(func(ed)) is not target:
+                        break
+                else:
+                    for effect in effects:
+                        effect(ed)
+                    if dest is not None:
+                        current.status = dest
+                    current.seq += 1
+                    break
+            else:
+                branches = None
+        if branches is None:
+            raise InvalidTransitionError(current.trial_id, current.status.value, event.type_name)
     return current

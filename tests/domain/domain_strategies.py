@@ -1,0 +1,146 @@
+"""Hypothesis strategies and small builders for the domain tests.
+
+Event sequences are drawn state by state: most steps pick an event the current state accepts
+(so folds go deep into the table), some pick any event at all (so invalid ones are exercised).
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+from statemachine.domain.events import (
+    EVENT_TYPES,
+    CheckpointSaved,
+    CheckpointsDiscarded,
+    Event,
+    PolicySet,
+    RestoreSucceeded,
+    TrialAdded,
+    TrialCompleted,
+    TrialFailed,
+    TrialPaused,
+    TrialReset,
+    TrialResumed,
+    TrialStarted,
+    TrialStopped,
+)
+from statemachine.domain.failures import (
+    AbortError,
+    ActorError,
+    RestoreError,
+    TrainingError,
+    TrialError,
+)
+from statemachine.domain.machine import MACHINE
+from statemachine.domain.policy import ExhaustionAction, RetryPolicy
+from statemachine.domain.status import Status
+
+#: Folding is fast, but the first examples pay for imports and caches: no per-example deadline.
+PROPERTY = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+FATAL_NAMES = ("KeyError", "builtins.ZeroDivisionError")
+CAUSE_TYPES = ("builtins.ValueError", "builtins.KeyError", "builtins.ZeroDivisionError",
+               "ray.exceptions.RayActorError", "my.pkg.Oops")
+
+text = st.text(max_size=20)
+names = st.text(alphabet="abcdefghij0123456789_/.-", min_size=1, max_size=12)
+
+
+@st.composite
+def failures(draw: st.DrawFn) -> TrialError:
+    """Any typed failure, with causes some policies list as fatal."""
+    kind = draw(st.sampled_from([RestoreError, TrainingError, ActorError, AbortError]))
+    cause = draw(st.sampled_from(CAUSE_TYPES))
+    message, traceback = draw(text), draw(text)
+    if kind is ActorError:
+        return ActorError(cause, message, traceback, preempted=draw(st.booleans()))
+    return kind(cause, message, traceback)
+
+
+policies = st.builds(
+    RetryPolicy,
+    max_failures=st.integers(-1, 4),
+    restore_retry_num=st.integers(0, 3),
+    count_preemption_as_failure=st.booleans(),
+    max_preemptions=st.none() | st.integers(0, 3),
+    on_restore_exhausted=st.sampled_from(list(ExhaustionAction)),
+    delete_discarded_checkpoints=st.booleans(),
+    fatal_exception_types=st.lists(st.sampled_from(FATAL_NAMES), unique=True).map(tuple),
+)
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**6, 10**6) | text
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda children: st.lists(children, max_size=3)
+    | st.dictionaries(text, children, max_size=3),
+    max_leaves=8,
+)
+
+#: One strategy per registered event type; ``test_every_type_has_a_strategy`` checks coverage.
+EVENT_STRATEGIES: dict[type[Event], st.SearchStrategy[Event]] = {
+    TrialAdded: st.builds(TrialAdded, config=st.dictionaries(text, json_values, max_size=4)),
+    TrialStarted: st.builds(TrialStarted, restore_from=st.none() | names),
+    RestoreSucceeded: st.just(RestoreSucceeded()),
+    CheckpointSaved: st.builds(CheckpointSaved, checkpoint=names),
+    TrialPaused: st.just(TrialPaused()),
+    TrialResumed: st.just(TrialResumed()),
+    TrialCompleted: st.just(TrialCompleted()),
+    TrialStopped: st.builds(TrialStopped, reason=text),
+    TrialFailed: st.builds(TrialFailed, error=failures()),
+    CheckpointsDiscarded: st.builds(
+        CheckpointsDiscarded,
+        checkpoints=st.lists(names, max_size=3).map(tuple),
+        deleted=st.booleans(),
+        reason=text,
+    ),
+    PolicySet: st.builds(PolicySet, policy=policies),
+    TrialReset: st.builds(TrialReset, from_scratch=st.booleans()),
+}
+
+any_event: st.SearchStrategy[Event] = st.one_of(*EVENT_STRATEGIES.values())
+
+_BY_TRIGGER = {cls.trigger: cls for cls in EVENT_TYPES.values()}
+
+
+def accepted_event_types(status: Status) -> list[type[Event]]:
+    """Event types with at least one transition out of ``status`` in the shared machine."""
+    return [
+        _BY_TRIGGER[name]
+        for name, event in MACHINE.events.items()
+        if status.name in event.transitions
+    ]
+
+
+def event_step(data: st.DataObject, status: Status) -> Event:
+    """Draw one event: usually one ``status`` accepts, sometimes any event at all."""
+    accepted = accepted_event_types(status)
+    if accepted and data.draw(st.integers(0, 9), label="valid?") < 8:
+        cls = data.draw(st.sampled_from(accepted), label="event type")
+        return data.draw(EVENT_STRATEGIES[cls], label=cls.type_name)
+    return data.draw(any_event, label="any event")
+
+
+# ---------------------------------------------------------------- builders for unit tests
+
+
+def training_error(cause: str = "builtins.ValueError") -> TrialFailed:
+    """The user's code raised while running."""
+    return TrialFailed(TrainingError(cause, "boom"))
+
+
+def restore_error(cause: str = "builtins.OSError") -> TrialFailed:
+    """Restoring from a checkpoint failed."""
+    return TrialFailed(RestoreError(cause, "restore failed"))
+
+
+def actor_error(preempted: bool = False) -> TrialFailed:
+    """The actor died, preempted or not."""
+    return TrialFailed(
+        ActorError("ray.exceptions.ActorDiedError", "actor died", preempted=preempted)
+    )
+
+
+def abort_error() -> TrialFailed:
+    """A failure that must not be retried."""
+    return TrialFailed(AbortError("ray.tune.error._AbortTrialExecution", "invalid trainable"))
