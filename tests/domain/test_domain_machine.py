@@ -367,6 +367,7 @@ def test_separate_preemption_budget() -> None:
 def test_zero_preemption_budget_gives_up_at_the_first_preemption() -> None:
     state, decisions = preempt(policy(max_failures=5, max_preemptions=0), 1)
     assert decisions == [D.GIVE_UP]
+    assert (state.status, state.preemptions) == (Status.ERROR, 1)
 
 
 def test_preemption_budget_is_separate_from_max_failures() -> None:
