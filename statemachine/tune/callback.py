@@ -1,0 +1,434 @@
+"""``EventLogCallback``: one line in a Tune driver records every trial's life in the event log.
+
+``tune.RunConfig(callbacks=[EventLogCallback()])`` records each trial's start, restore, restore
+success, checkpoint, pause, resume, failure (typed, with its cause), completion and stop; keeps
+the failure and restore-failure budgets across driver restarts (``Tuner.restore``); and makes
+Ray follow the retry policy's decisions, including the extras Ray does not have
+(``restart_from_scratch``, ``previous_checkpoint``, a preemption budget, fatal exception types).
+
+Nothing this callback does may raise into Tune (an exception escaping a hook aborts the whole
+run): every hook reports its own errors and carries on. The callback is pickled into the
+experiment state; the open log is not pickled and is reopened lazily.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ray.tune import Callback
+
+from statemachine.domain.classify import classify
+from statemachine.domain.events import (
+    CheckpointSaved,
+    CheckpointsDiscarded,
+    Event,
+    RestoreSucceeded,
+    TrialAdded,
+    TrialCompleted,
+    TrialFailed,
+    TrialPaused,
+    TrialReset,
+    TrialResumed,
+    TrialStarted,
+    TrialStopped,
+)
+from statemachine.domain.machine import TransitionRecord
+from statemachine.domain.policy import RetryPolicy
+from statemachine.domain.state import TrialState
+from statemachine.domain.status import Decision, Status
+from statemachine.tune import checkpoints, errorfile, seam
+from statemachine.tune.compat import check_ray
+from statemachine.tune.recorder import Recorder
+from statemachine.tune.store_url import resolve_url
+
+logger = logging.getLogger(__name__)
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_printed_urls: set[str] = set()
+
+# Ray's trial status strings.
+_PENDING, _RUNNING, _PAUSED, _TERMINATED, _ERROR = (
+    "PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR",
+)
+_LIVE = {Status.PENDING, Status.RUNNING, Status.PAUSED, Status.RESTORING}
+
+
+def _never_raises(method: _F) -> _F:
+    """Report any exception of a hook instead of letting it abort the Tune run."""
+
+    @functools.wraps(method)
+    def guarded(self: EventLogCallback, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except Exception:  # an escaping exception aborts the whole run
+            self.hook_errors += 1
+            logger.exception("statemachine: %s failed; the run continues", method.__name__)
+            return None
+
+    return guarded  # type: ignore[return-value]
+
+
+def _json_safe(config: Any) -> dict[str, Any]:
+    """A JSON-safe copy of a trial config (anything unusual becomes its ``repr``)."""
+    try:
+        data = json.loads(json.dumps(config, default=repr, sort_keys=True))
+    except (TypeError, ValueError):
+        return {"repr": repr(config)}
+    if not isinstance(data, dict):
+        return {"value": data}
+    return {str(key): value for key, value in data.items()}
+
+
+class EventLogCallback(Callback):
+    """Record every trial's lifecycle in the event log and keep its budgets durable.
+
+    Args:
+        url: the store (``sqlite:///path.db``, ``postgresql+psycopg://...`` or a ``.db``
+            path). Default: ``$STATEMACHINE_DB_URL``, else ``statemachine.db`` in the
+            experiment's folder (printed once when opened).
+        policy: the :class:`~statemachine.RetryPolicy` in force. Default: Ray's own
+            (``TUNE_RESTORE_RETRY_NUM``, ``RAY_TRAIN_COUNT_PREEMPTION_AS_FAILURE`` and the
+            run's ``FailureConfig.max_failures``).
+
+    Attributes (counts for this driver process):
+        events_recorded, events_unwritten, write_failures, events_rejected, hook_errors.
+    """
+
+    def __init__(self, url: str | None = None, policy: RetryPolicy | None = None) -> None:
+        check_ray()
+        if policy is not None and not isinstance(policy, RetryPolicy):
+            raise TypeError(
+                f"EventLogCallback(policy=...) must be a statemachine.RetryPolicy, "
+                f"got {type(policy).__name__}"
+            )
+        self.url = url
+        self.policy = policy
+        self._reset_runtime()
+
+    # ------------------------------------------------------------------ pickling
+
+    def _reset_runtime(self) -> None:
+        self.hook_errors = 0
+        self.store_url: str | None = None
+        self.experiment: str | None = None
+        self._recorder: Recorder | None = None
+        self._policy_in_force: RetryPolicy | None = None
+        self._reconciled = False
+        self._recover: dict[str, bool] = {}
+        self._maybe_stopped: dict[str, Any] = {}
+        self._summary: dict[str, int] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"url": self.url, "policy": self.policy}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.url = state["url"]
+        self.policy = state["policy"]
+        self._reset_runtime()
+
+    # ------------------------------------------------------------------ counts
+
+    @property
+    def events_recorded(self) -> int:
+        """Events written to the log by this driver."""
+        return self._recorder.recorded if self._recorder else 0
+
+    @property
+    def events_unwritten(self) -> int:
+        """Events that could not be written (yet)."""
+        return self._recorder.unwritten if self._recorder else 0
+
+    @property
+    def write_failures(self) -> int:
+        """Failed attempts to open the log or write to it."""
+        return self._recorder.write_failures if self._recorder else 0
+
+    @property
+    def events_rejected(self) -> int:
+        """Events the fold refused (not valid in the trial's folded state)."""
+        return self._recorder.rejected if self._recorder else 0
+
+    def summary(self) -> dict[str, int]:
+        """The counts above as a dict (also logged at the end of the experiment)."""
+        counts = self._recorder.summary() if self._recorder else {
+            "recorded": 0, "unwritten": 0, "write_failures": 0, "rejected": 0,
+        }
+        return {**counts, "hook_errors": self.hook_errors}
+
+    # ------------------------------------------------------------------ the log
+
+    def _ensure_log(self, trial: Any) -> Recorder:
+        if self._recorder is not None:
+            return self._recorder
+        self.experiment = trial.storage.experiment_dir_name
+        policy = self.policy or RetryPolicy.from_env(max_failures=int(trial.max_failures))
+        self._policy_in_force = policy
+        url = resolve_url(self.url, trial)
+        self.store_url = url
+        if url not in _printed_urls:
+            _printed_urls.add(url)
+            print(f"statemachine: recording trial events of {self.experiment} to {url}",
+                  flush=True)
+        experiment = self.experiment
+        storage_path = trial.storage.experiment_fs_path
+
+        def open_log() -> Any:
+            from statemachine.log import ExperimentLog
+
+            return ExperimentLog.open(url, experiment, policy, storage_path=storage_path)
+
+        self._recorder = Recorder(open_log, policy)
+        self._recorder.open()
+        return self._recorder
+
+    @property
+    def policy_in_force(self) -> RetryPolicy:
+        """The policy decisions are made with (known once the first trial is seen)."""
+        return self._policy_in_force or self.policy or RetryPolicy.from_env()
+
+    def _state(self, trial: Any) -> TrialState | None:
+        return self._recorder.state(trial.trial_id) if self._recorder else None
+
+    def _track(self, trial: Any) -> TrialState | None:
+        """Make sure the trial is in the log (``TrialAdded``); returns its state."""
+        recorder = self._ensure_log(trial)
+        state = recorder.state(trial.trial_id)
+        if state is None:
+            recorder.record(trial.trial_id, TrialAdded(config=_json_safe(trial.config)))
+            state = recorder.state(trial.trial_id)
+        return state
+
+    def _record(self, trial: Any, event: Event) -> TransitionRecord | None:
+        self._track(trial)
+        assert self._recorder is not None
+        return self._recorder.record(trial.trial_id, event)
+
+    # ------------------------------------------------------------------ seam listener
+
+    def owns(self, trial: Any) -> bool:
+        """Whether ``trial`` belongs to this callback's experiment."""
+        if self.experiment is None:
+            return True
+        return bool(trial.storage.experiment_dir_name == self.experiment)
+
+    def trial_failed(self, trial: Any, exc: BaseException | None, restoring: bool) -> None:
+        """Record the typed failure and make Ray follow the fold's decision."""
+        self._track(trial)
+        before = self._state(trial)
+        known_checkpoints = before.checkpoints if before else ()
+        policy = self.policy_in_force
+        if exc is None:
+            exc = RuntimeError("Ray reported a failure without an exception")
+        phase = Status.RESTORING if restoring else Status.RUNNING
+        error = classify(exc, phase, policy.fatal_exception_types)
+        record = self._record(trial, TrialFailed(error=error))
+        if record is None:
+            return  # refused by the fold: Ray's own accounting stands
+        self._steer(trial, record, known_checkpoints)
+        if trial.error_file:
+            try:
+                errorfile.rewrite_last_header(trial.error_file, record, policy)
+            except OSError as err:
+                logger.warning("statemachine: cannot rewrite %s: %s", trial.error_file, err)
+
+    def _steer(self, trial: Any, record: TransitionRecord,
+               known_checkpoints: tuple[str, ...]) -> None:
+        """Put the fold's counters and decision into Ray's trial."""
+        counters = record.counters
+        trial.run_metadata.num_failures = counters.failures
+        trial.temporary_state.num_restore_failures = counters.restore_failures
+        self._recover[trial.trial_id] = record.status_after is Status.PENDING
+        if record.decision is Decision.RESTART_FROM_SCRATCH:
+            self._restart_from_scratch(trial, known_checkpoints)
+        elif record.decision is Decision.PREVIOUS_CHECKPOINT:
+            after = self._state(trial)
+            target = after.latest_checkpoint if after else None
+            kept = set(after.checkpoints) if after else set()
+            dropped = [c for c in (*known_checkpoints, checkpoints.current_checkpoint_path(trial))
+                       if c and c not in kept]
+            checkpoints.fall_back_to(trial, target, dropped)
+            logger.warning("statemachine: trial %s falls back to checkpoint %s",
+                           trial.trial_id, target or "none (from scratch)")
+
+    def _restart_from_scratch(self, trial: Any, known_checkpoints: tuple[str, ...]) -> None:
+        forgotten = checkpoints.forget_all(trial)
+        paths = list(dict.fromkeys([*known_checkpoints, *forgotten]))
+        deleted = False
+        if self.policy_in_force.delete_discarded_checkpoints and paths:
+            report = checkpoints.delete_checkpoint_dirs(trial, paths)
+            deleted = report.all_gone
+        logger.warning(
+            "statemachine: trial %s restarts from scratch (restore retries spent); "
+            "%d checkpoint(s) discarded%s", trial.trial_id, len(paths),
+            ", folders deleted" if deleted else "",
+        )
+        self._record(trial, CheckpointsDiscarded(
+            checkpoints=tuple(paths), deleted=deleted,
+            reason="restore retries spent: restart_from_scratch",
+        ))
+
+    def trial_restored(self, trial: Any) -> None:
+        """The trial restored from its checkpoint."""
+        self._record(trial, RestoreSucceeded())
+
+    def status_changed(self, trial: Any, old: str, new: str) -> None:
+        """Record pauses, resumes, resets and stops (no callback hook exists for them)."""
+        state = self._state(trial)
+        if state is None:
+            return
+        if new == _TERMINATED and state.status in _LIVE:
+            # Ray pauses a trial by stopping it (TERMINATED) and then setting PAUSED: decide
+            # at the step's end.
+            self._maybe_stopped[trial.trial_id] = trial
+            return
+        self._maybe_stopped.pop(trial.trial_id, None)
+        if new == _PAUSED and state.status is Status.RUNNING:
+            self._record(trial, TrialPaused())
+        elif new == _PENDING and state.status is Status.PAUSED:
+            self._record(trial, TrialResumed())
+        elif new == _PENDING and state.status.is_terminal:
+            self._record(trial, TrialReset(from_scratch=False))
+
+    def recover_decision(self, trial: Any) -> bool | None:
+        """Our answer to ``should_recover`` after the failure just recorded."""
+        return self._recover.pop(trial.trial_id, None)
+
+    def _settle_stops(self) -> None:
+        for trial in list(self._maybe_stopped.values()):
+            self._maybe_stopped.pop(trial.trial_id, None)
+            state = self._state(trial)
+            if trial.status == _TERMINATED and state is not None and state.status in _LIVE:
+                self._record(trial, TrialStopped(reason="stopped by Tune"))
+
+    # ------------------------------------------------------------------ after Tuner.restore
+
+    def _reconcile(self, trials: list[Any]) -> None:
+        """First step of a driver: align the log and Ray's restored trials, put budgets back."""
+        for trial in trials:
+            state = self._track(trial)
+            if state is None:
+                continue
+            status = trial.status
+            if state.status in (Status.RUNNING, Status.RESTORING) and status == _PENDING:
+                self._record(trial, TrialResumed())
+            elif state.status is Status.PAUSED and status == _PENDING:
+                self._record(trial, TrialResumed())
+            elif state.status.is_terminal and status in (_PENDING, _PAUSED):
+                self._record(trial, TrialReset(from_scratch=False))
+            elif state.status in _LIVE and status == _TERMINATED:
+                self._record(trial, TrialStopped(reason="not resumed by Tuner.restore"))
+            elif state.status in _LIVE and status == _ERROR:
+                logger.warning("statemachine: trial %s is ERROR in Ray but %s in the log",
+                               trial.trial_id, state.status)
+            self._restore_budgets(trial)
+
+    def _restore_budgets(self, trial: Any) -> None:
+        state = self._state(trial)
+        if state is None:
+            return
+        ray_failures = trial.run_metadata.num_failures
+        if state.failures != ray_failures:
+            logger.warning(
+                "statemachine: trial %s: num_failures %d from the event log (Ray's experiment "
+                "state said %d)", trial.trial_id, state.failures, ray_failures,
+            )
+            trial.run_metadata.num_failures = state.failures
+        current = checkpoints.current_checkpoint_path(trial)
+        if state.restore_failures and state.restoring_from == current:
+            logger.warning(
+                "statemachine: trial %s: %d restore failure(s) of checkpoint %s already "
+                "spent before the driver restarted", trial.trial_id, state.restore_failures,
+                current,
+            )
+            trial.temporary_state.num_restore_failures = state.restore_failures
+
+    # ------------------------------------------------------------------ Tune hooks
+
+    @_never_raises
+    def setup(self, stop: Any = None, num_samples: Any = None,
+              total_num_samples: Any = None, **info: Any) -> None:
+        """Install the error seam and listen to this run's trials."""
+        if self._recorder is not None:
+            self._recorder.close()
+            self._reset_runtime()
+        seam.install()
+        seam.add_listener(self)
+
+    @_never_raises
+    def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        """On the driver's first step, reconcile restored trials; track new ones."""
+        if not self._reconciled:
+            self._reconciled = True
+            self._reconcile(trials)
+
+    @_never_raises
+    def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
+        """Settle pending stops and retry queued writes."""
+        self._settle_stops()
+        if self._recorder is not None:
+            self._recorder.flush()
+
+    @_never_raises
+    def on_trial_start(self, iteration: int, trials: list[Any], trial: Any,
+                       **info: Any) -> None:
+        """An actor started for the trial; it restores when Ray has a checkpoint for it."""
+        self._maybe_stopped.pop(trial.trial_id, None)
+        self._record(trial, TrialStarted(restore_from=checkpoints.current_checkpoint_path(trial)))
+
+    @_never_raises
+    def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any,
+                      **info: Any) -> None:
+        """The trial saved a checkpoint."""
+        self._record(trial, CheckpointSaved(checkpoint=str(checkpoint.path)))
+
+    @_never_raises
+    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any,
+                          **info: Any) -> None:
+        """The trial finished (RUNNING) or was stopped before it could (otherwise)."""
+        state = self._track(trial)
+        if state is None or state.status not in _LIVE:
+            return
+        if state.status is Status.RUNNING:
+            self._record(trial, TrialCompleted())
+        else:
+            self._record(trial, TrialStopped(reason=f"stopped while {state.status.value}"))
+
+    @_never_raises
+    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+        """Write what is queued, report what could not be written, close the log."""
+        self._settle_stops()
+        seam.remove_listener(self)
+        recorder = self._recorder
+        if recorder is None:
+            return
+        recorder.flush(force=True)
+        for trial in trials:
+            state = recorder.state(trial.trial_id)
+            if state is not None and state.status.value != trial.status:
+                logger.warning("statemachine: trial %s ends %s in Ray but %s in the log",
+                               trial.trial_id, trial.status, state.status)
+        self._summary = self.summary()
+        if recorder.unwritten:
+            saved = recorder.save_unwritten(self._unwritten_path(trials))
+            logger.error(
+                "statemachine: %d event(s) could not be written to %s; saved to %s (%s)",
+                recorder.unwritten, self.store_url, saved, self._summary,
+            )
+        else:
+            logger.info("statemachine: event log summary: %s", self._summary)
+        recorder.close(clean=True)
+
+    def _unwritten_path(self, trials: list[Any]) -> Path:
+        folder = Path.cwd()
+        if trials:
+            from statemachine.tune.store_url import default_db_path
+
+            folder = default_db_path(trials[0]).parent
+        return folder / f"statemachine-unwritten-{os.getpid()}.jsonl"
+

@@ -1,0 +1,238 @@
+"""Record trial events without ever blocking a decision on the store, and never lose one.
+
+Every event is folded at once through the domain machine into a shadow state (the same
+``apply`` the log uses), so the decision Ray must follow is known even while the store is
+down. The events then go to the :class:`~statemachine.log.ExperimentLog` in per-trial order:
+a failing write is retried a few times, then left queued and retried later (after a short
+cool-down, at every step end and at the end of the experiment). Whatever is still unwritten
+at the end is reported with ``logger.error`` and saved to a JSON-lines file; nothing is
+dropped silently. An event the fold refuses (not valid in the trial's state) is reported and
+counted as rejected.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from statemachine.domain.events import Event, PolicySet, encode_event
+from statemachine.domain.machine import TransitionRecord, apply
+from statemachine.domain.policy import RetryPolicy
+from statemachine.domain.state import TrialState
+from statemachine.exceptions import InvalidTransitionError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PendingEvent:
+    """An event folded into the shadow state but not yet written to the log."""
+
+    trial_id: str
+    event: Event
+    event_id: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form saved when it could not be written at all."""
+        type_name, version, payload = encode_event(self.event)
+        return {
+            "trial_id": self.trial_id,
+            "event_id": self.event_id,
+            "type": type_name,
+            "version": version,
+            "payload": payload,
+        }
+
+
+class Recorder:
+    """Folds events into shadow states and writes them to an event log, resiliently.
+
+    Args:
+        open_log: opens the :class:`~statemachine.log.ExperimentLog` (called again after a
+            failure, so a store that comes back is used again).
+        policy: the retry policy in force for every trial of the experiment.
+        attempts: write attempts per event before it is left queued.
+        backoff_s: sleep before the second attempt (doubled each time).
+        cooldown_s: after a failed write, how long later events only queue.
+    """
+
+    def __init__(
+        self,
+        open_log: Callable[[], Any],
+        policy: RetryPolicy,
+        *,
+        attempts: int = 3,
+        backoff_s: float = 0.05,
+        cooldown_s: float = 2.0,
+    ) -> None:
+        self._open_log = open_log
+        self.policy = policy
+        self.attempts = attempts
+        self.backoff_s = backoff_s
+        self.cooldown_s = cooldown_s
+        self.log: Any = None
+        self.states: dict[str, TrialState] = {}
+        self._queue: deque[PendingEvent] = deque()
+        self._blocked_until = 0.0
+        self.fenced = False
+        self.recorded = 0
+        """Events written to the log."""
+        self.write_failures = 0
+        """Failed write (or open) attempts."""
+        self.rejected = 0
+        """Events the fold refused (not valid in the trial's folded state)."""
+        self.dead: list[tuple[PendingEvent, str]] = []
+        """Events the log refused for good, with the reason."""
+
+    # ------------------------------------------------------------------ reading
+
+    @property
+    def unwritten(self) -> int:
+        """Events folded but not (yet) in the log."""
+        return len(self._queue) + len(self.dead)
+
+    def state(self, trial_id: str) -> TrialState | None:
+        """The trial's folded state, including events not written yet."""
+        return self.states.get(trial_id)
+
+    # ------------------------------------------------------------------ opening
+
+    def open(self) -> bool:
+        """Open the log (once it works) and load the states it holds; True when open."""
+        if self.log is not None:
+            return True
+        if self.fenced:
+            return False
+        try:
+            log = self._open_log()
+        except Exception as exc:  # the store is reported, never raised
+            self.write_failures += 1
+            self._blocked_until = time.monotonic() + self.cooldown_s
+            logger.warning("statemachine: cannot open the event log: %s", exc)
+            return False
+        self.log = log
+        for trial_id, stored in log.states().items():
+            if trial_id not in self.states:
+                self.states[trial_id] = stored.copy()
+        return True
+
+    def close(self, clean: bool = True) -> None:
+        """Close the log (snapshots and ends the driver session); errors are reported."""
+        log, self.log = self.log, None
+        if log is None:
+            return
+        try:
+            log.close(clean=clean)
+        except Exception as exc:
+            logger.error("statemachine: closing the event log failed: %s", exc)
+
+    # ------------------------------------------------------------------ recording
+
+    def record(self, trial_id: str, event: Event) -> TransitionRecord | None:
+        """Fold ``event`` into the trial's shadow state, queue it for the log, try to write.
+
+        Returns what the event did (the decision Ray must follow), or ``None`` when the fold
+        refused it (reported and counted in :attr:`rejected`).
+        """
+        shadow = self.states.get(trial_id) or TrialState(trial_id)
+        events: list[Event] = []
+        if shadow.policy != self.policy:
+            events.append(PolicySet(policy=self.policy))
+        events.append(event)
+        new = shadow.copy()
+        try:
+            records = [apply(new, e) for e in events]
+        except InvalidTransitionError as exc:
+            self.rejected += 1
+            logger.error("statemachine: event not recorded, the fold refuses it: %s", exc)
+            return None
+        self.states[trial_id] = new
+        for e in events:
+            self._queue.append(PendingEvent(trial_id, e, uuid.uuid4().hex))
+        self.flush()
+        return records[-1]
+
+    def flush(self, force: bool = False) -> int:
+        """Write queued events in order; returns how many are still queued.
+
+        Within the cool-down after a failure nothing is tried unless ``force``.
+        """
+        if not self._queue or self.fenced:
+            return len(self._queue)
+        if not force and time.monotonic() < self._blocked_until:
+            return len(self._queue)
+        if not self.open():
+            return len(self._queue)
+        while self._queue:
+            pending = self._queue[0]
+            if not self._write(pending):
+                break
+            self._queue.popleft()
+        return len(self._queue)
+
+    def _write(self, pending: PendingEvent) -> bool:
+        from statemachine import exceptions
+
+        fenced_error = getattr(exceptions, "FencedError", ())
+        delay = self.backoff_s
+        for attempt in range(1, self.attempts + 1):
+            try:
+                self.log.record(pending.trial_id, pending.event, event_id=pending.event_id)
+            except InvalidTransitionError as exc:
+                # The log's fold disagrees with ours: this event can never be written.
+                self.dead.append((pending, str(exc)))
+                logger.error("statemachine: the event log refuses an event: %s", exc)
+                return True
+            except Exception as exc:  # retried, then queued and reported
+                self.write_failures += 1
+                if fenced_error and isinstance(exc, fenced_error):
+                    self.fenced = True
+                    logger.error(
+                        "statemachine: a newer driver took over this experiment's event log; "
+                        "this driver stops writing (%s)", exc,
+                    )
+                    return False
+                if attempt < self.attempts:
+                    time.sleep(delay)
+                    delay *= 2
+                    continue
+                self._blocked_until = time.monotonic() + self.cooldown_s
+                logger.warning(
+                    "statemachine: writing a %s event of trial %s failed %d times (%s); "
+                    "%d event(s) queued, retried later",
+                    pending.event.type_name, pending.trial_id, self.attempts, exc,
+                    len(self._queue),
+                )
+                return False
+            self.recorded += 1
+            return True
+        return False  # pragma: no cover - the loop always returns
+
+    # ------------------------------------------------------------------ the end
+
+    def save_unwritten(self, path: Path) -> Path | None:
+        """Save every unwritten event to ``path`` (JSON lines); ``None`` if there are none."""
+        items = [(p, "not written") for p in self._queue] + self.dead
+        if not items:
+            return None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as out:
+            for pending, reason in items:
+                out.write(json.dumps({**pending.to_json(), "reason": reason}) + "\n")
+        return path
+
+    def summary(self) -> dict[str, int]:
+        """Counts for the final report."""
+        return {
+            "recorded": self.recorded,
+            "unwritten": self.unwritten,
+            "write_failures": self.write_failures,
+            "rejected": self.rejected,
+        }
