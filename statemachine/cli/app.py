@@ -88,6 +88,34 @@ def cli(ctx: click.Context, db: str | None) -> None:
     ctx.obj = Output(db=db)
 
 
+def _register() -> None:
+    from statemachine.cli.commands import (
+        diagram,
+        experiments,
+        explain,
+        show,
+        tail,
+        timeline,
+        trials,
+        whatif,
+    )
+
+    for command in (
+        experiments.experiments,
+        trials.trials,
+        show.show,
+        explain.explain,
+        whatif.what_if,
+        timeline.timeline,
+        diagram.diagram,
+        tail.tail,
+    ):
+        cli.add_command(command)
+
+
+_register()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``trial-replay`` with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
     return cli.main(argv, prog_name=PROG, standalone_mode=False)

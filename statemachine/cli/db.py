@@ -60,9 +60,9 @@ def resolve_db(db: str | None) -> str:
 @contextmanager
 def open_store(db: str | None, *, create: bool = False) -> Iterator[EventStore]:
     """Open the store ``db`` names, read-only unless ``create``; closed on exit."""
+    target = db if create and db else resolve_db(db)
     from statemachine.log import EventStore
 
-    target = db if create and db else resolve_db(db)
     store = EventStore.open(target, create=create)
     try:
         yield store

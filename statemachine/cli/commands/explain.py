@@ -1,0 +1,36 @@
+"""``trial-replay explain EXP TRIAL``: why the trial is where it is, in plain words."""
+
+from __future__ import annotations
+
+import click
+
+from statemachine.cli.db import open_store
+from statemachine.cli.explain import describe_policy, explain_trial
+from statemachine.cli.output import Output, json_option
+from statemachine.cli.reading import decode_trial, require_trial, session_ends
+
+
+@click.command("explain")
+@click.argument("experiment")
+@click.argument("trial_id", metavar="TRIAL")
+@json_option
+@click.pass_obj
+def explain(out: Output, experiment: str, trial_id: str, as_json: bool) -> int:
+    """Why the trial ended where it did: each failure numbered (``Restore failure # k (retry k
+    of R)``), the decision each time and the policy that applied."""
+    with open_store(out.db) as store:
+        require_trial(store, experiment, trial_id)
+        decoded = decode_trial(store.read_trial(experiment, trial_id), out)
+        ends = session_ends(store.list_sessions(experiment))
+    explanation = explain_trial(trial_id, decoded, ends)
+    if as_json:
+        out.json(explanation.to_dict(experiment))
+        return out.exit_code
+    out.text(explanation.summary, style="bold")
+    out.text(f"Policy that applied: {describe_policy(explanation.state.policy)}.")
+    out.text()
+    for step in explanation.steps:
+        where = f"seq {step.seq:>3}" if step.position is not None else "       "
+        epoch = f" epoch {step.epoch}" if step.epoch is not None else ""
+        out.text(f"  {where}{epoch}: {step.text}")
+    return out.exit_code

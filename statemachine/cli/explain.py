@@ -1,0 +1,303 @@
+"""Why a trial is where it is, in plain words, from its events and the policy in force.
+
+The events are folded through the domain state machine (the same code as live operation);
+each step's wording is built from the transition it made and the policy that applied at that
+moment, e.g. ``Restore failure # 2 (retry 2 of 3)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from statemachine.domain.events import (
+    CheckpointSaved,
+    CheckpointsDiscarded,
+    Event,
+    PolicySet,
+    RestoreSucceeded,
+    TrialAdded,
+    TrialCompleted,
+    TrialFailed,
+    TrialPaused,
+    TrialReset,
+    TrialResumed,
+    TrialStarted,
+    TrialStopped,
+)
+from statemachine.domain.failures import AbortError, ActorError, RestoreError
+from statemachine.domain.machine import TransitionRecord, apply
+from statemachine.domain.policy import RetryPolicy
+from statemachine.domain.state import TrialState
+from statemachine.domain.status import Decision, Status
+
+
+class Located(Protocol):
+    """Where an event sits in the log (the columns of a stored event explain reads)."""
+
+    position: int
+    seq: int
+    epoch: int
+    recorded_at: datetime
+
+
+@dataclass(frozen=True)
+class Step:
+    """One line of an explanation."""
+
+    seq: int | None
+    position: int | None
+    epoch: int | None
+    event: str
+    decision: str | None
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form of this step."""
+        return {
+            "seq": self.seq,
+            "position": self.position,
+            "epoch": self.epoch,
+            "event": self.event,
+            "decision": self.decision,
+            "text": self.text,
+        }
+
+
+def describe_policy(policy: RetryPolicy) -> str:
+    """The policy as one line of plain words."""
+    limit = "unlimited" if policy.max_failures < 0 else str(policy.max_failures)
+    parts = [
+        f"max_failures={limit}",
+        f"restore_retry_num={policy.restore_retry_num}",
+        f"on_restore_exhausted={policy.on_restore_exhausted.value}",
+        "preemptions count as failures" if policy.count_preemption_as_failure
+        else "preemptions do not count as failures",
+    ]
+    if policy.max_preemptions is not None:
+        parts.append(f"max_preemptions={policy.max_preemptions}")
+    if policy.fatal_exception_types:
+        parts.append(f"fatal types: {', '.join(policy.fatal_exception_types)}")
+    if policy.delete_discarded_checkpoints:
+        parts.append("discarded checkpoints are deleted")
+    return ", ".join(parts)
+
+
+def _budget(failures: int, policy: RetryPolicy) -> str:
+    if policy.max_failures < 0:
+        return f"failure {failures} (max_failures unlimited)"
+    return f"failure {failures} of max_failures {policy.max_failures}"
+
+
+def _cause(event: TrialFailed) -> str:
+    error = event.error
+    message = f": {error.message}" if error.message else ""
+    return f"{error.kind} ({error.cause_type}{message})"
+
+
+class _Narrator:
+    """Folds one trial's events and words each transition."""
+
+    def __init__(self, trial_id: str, sessions: Mapping[int, str]) -> None:
+        self.state = TrialState(trial_id)
+        self.sessions = sessions
+        self.restore_ordinal = 0
+        self.preemption_ordinal = 0
+        self.last_epoch: int | None = None
+        self.steps: list[Step] = []
+        self.last_failure: Step | None = None
+
+    def feed(self, where: Located | None, event: Event) -> TransitionRecord:
+        epoch = where.epoch if where is not None else None
+        if epoch is not None and self.last_epoch is not None and epoch != self.last_epoch:
+            self._epoch_change(self.last_epoch, epoch)
+        if epoch is not None:
+            self.last_epoch = epoch
+        before = self.state.copy()
+        record = apply(self.state, event)
+        text = self._word(before, event, record)
+        step = Step(
+            where.seq if where is not None else self.state.seq,
+            where.position if where is not None else None,
+            epoch,
+            event.type_name,
+            record.decision.value if record.decision else None,
+            text,
+        )
+        self.steps.append(step)
+        if isinstance(event, TrialFailed):
+            self.last_failure = step
+        return record
+
+    def _epoch_change(self, old: int, new: int) -> None:
+        end = self.sessions.get(old, "unknown")
+        how = {
+            "clean": "ended cleanly",
+            "crashed": "crashed (its session never ended)",
+        }.get(end, "ended")
+        s = self.state
+        self.steps.append(Step(
+            None, None, new, "DriverResumed", None,
+            f"The driver of epoch {old} {how}; epoch {new} took over with the counters the "
+            f"log kept: failures {s.failures}, restore failures this episode "
+            f"{s.restore_failures}, preemptions {s.preemptions} (Ray itself would have lost "
+            "the restore counter).",
+        ))
+
+    def _word(self, before: TrialState, event: Event, record: TransitionRecord) -> str:
+        state = self.state
+        policy = state.policy
+        if isinstance(event, TrialAdded):
+            return "Added to the experiment."
+        if isinstance(event, PolicySet):
+            return f"Policy in force from here: {describe_policy(event.policy)}."
+        if isinstance(event, TrialStarted):
+            if state.status is Status.RESTORING:
+                return f"Started, restoring from checkpoint {state.restoring_from}."
+            return "Started from scratch (no checkpoint)."
+        if isinstance(event, RestoreSucceeded):
+            self.restore_ordinal = 0
+            return "Restored from its checkpoint; the restore retry counter goes back to 0."
+        if isinstance(event, CheckpointSaved):
+            return f"Saved checkpoint {event.checkpoint}."
+        if isinstance(event, TrialPaused):
+            return "Paused by the scheduler."
+        if isinstance(event, TrialResumed):
+            return f"Queued to run again (was {before.status.value})."
+        if isinstance(event, TrialCompleted):
+            return "Completed training."
+        if isinstance(event, TrialStopped):
+            reason = f" ({event.reason})" if event.reason else ""
+            return f"Stopped{reason}."
+        if isinstance(event, CheckpointsDiscarded):
+            deleted = ", folders deleted" if event.deleted else ""
+            names = ", ".join(event.checkpoints) or "none"
+            reason = f" ({event.reason})" if event.reason else ""
+            return f"Checkpoints discarded{reason}: {names}{deleted}."
+        if isinstance(event, TrialReset):
+            self.restore_ordinal = 0
+            how = "from scratch" if event.from_scratch else "from its latest checkpoint"
+            return f"Queued again after ending in {before.status.value}, {how}."
+        if isinstance(event, TrialFailed):
+            return self._word_failure(before, event, record, policy)
+        return f"{event.type_name}."
+
+    def _word_failure(
+        self, before: TrialState, event: TrialFailed, record: TransitionRecord,
+        policy: RetryPolicy,
+    ) -> str:
+        state = self.state
+        decision = record.decision
+        error = event.error
+        checkpoint = before.restoring_from or before.latest_checkpoint
+        fatal = not error.retryable or policy.is_fatal(error.cause_type)
+        if isinstance(error, RestoreError) or before.status is Status.RESTORING:
+            self.restore_ordinal += 1
+            k, r = self.restore_ordinal, policy.restore_retry_num
+            if decision is Decision.RETRY_RESTORE:
+                head = f"Restore failure # {k} (retry {k} of {r})"
+            else:
+                head = f"Restore failure # {k} (restore retries spent: {r} of {r})"
+            head += f": {_cause(event)}."
+        elif isinstance(error, ActorError) and error.preempted:
+            self.preemption_ordinal += 1
+            head = f"Preemption # {self.preemption_ordinal}: {_cause(event)}."
+        elif isinstance(error, AbortError):
+            head = f"Not retryable: {_cause(event)}."
+        else:
+            head = f"Training failure: {_cause(event)}."
+        if decision is Decision.RETRY_RESTORE:
+            tail = (f"Decision RETRY_RESTORE: restore again from {checkpoint}; not counted as a "
+                    f"failure (failures stay at {state.failures}).")
+        elif decision is Decision.RECOVER_PREEMPTED:
+            tail = ("Decision RECOVER_PREEMPTED: not counted as a failure (preemptions "
+                    f"{state.preemptions}); start again from "
+                    f"{state.latest_checkpoint or 'scratch'}.")
+        elif decision is Decision.RECOVER:
+            tail = (f"Decision RECOVER: counted as {_budget(state.failures, policy)}; start "
+                    f"again from {state.latest_checkpoint or 'scratch'}.")
+        elif decision is Decision.RESTART_FROM_SCRATCH:
+            self.restore_ordinal = 0
+            tail = (f"Decision RESTART_FROM_SCRATCH: counted as "
+                    f"{_budget(state.failures, policy)}; its checkpoints are discarded and "
+                    "training starts anew.")
+        elif decision is Decision.PREVIOUS_CHECKPOINT:
+            self.restore_ordinal = 0
+            tail = (f"Decision PREVIOUS_CHECKPOINT: counted as "
+                    f"{_budget(state.failures, policy)}; fall back to "
+                    f"{state.latest_checkpoint or 'scratch'}.")
+        elif decision is Decision.GIVE_UP:
+            if fatal:
+                why = "the failure is not retryable"
+            elif isinstance(error, ActorError) and error.preempted and not (
+                policy.count_preemption_as_failure
+            ):
+                why = f"the preemption budget or failure budget is spent ({state.preemptions} " \
+                      "preemptions)"
+            else:
+                why = f"{_budget(state.failures, policy)} exceeds the budget"
+            tail = f"Decision GIVE_UP: {why}; the trial ends in ERROR."
+        else:
+            tail = f"Status {record.status_before.value} -> {record.status_after.value}."
+        return f"{head} {tail}"
+
+
+@dataclass
+class Explanation:
+    """Why a trial is where it is."""
+
+    trial_id: str
+    state: TrialState
+    summary: str
+    steps: list[Step]
+
+    def to_dict(self, experiment: str) -> dict[str, Any]:
+        """The JSON form (schema ``explain`` in docs/cli.md)."""
+        return {
+            "experiment": experiment,
+            "trial_id": self.trial_id,
+            "status": self.state.status.value,
+            "summary": self.summary,
+            "policy": self.state.policy.to_dict(),
+            "policy_text": describe_policy(self.state.policy),
+            "steps": [s.to_dict() for s in self.steps],
+        }
+
+
+def explain_trial(
+    trial_id: str,
+    events: Sequence[tuple[Located | None, Event]],
+    sessions: Mapping[int, str] | None = None,
+) -> Explanation:
+    """Explain ``events`` (in order, each with where it sits in the log).
+
+    ``sessions`` maps a driver epoch to how its session ended (``clean``, ``crashed`` or
+    ``open``), to word the driver restarts the trial lived through.
+    """
+    narrator = _Narrator(trial_id, sessions or {})
+    for where, event in events:
+        narrator.feed(where, event)
+    state = narrator.state
+    return Explanation(trial_id, state, _summary(state, narrator.last_failure), narrator.steps)
+
+
+def _summary(state: TrialState, last_failure: Step | None) -> str:
+    counts = (f"{state.failures} failure(s), {state.total_restore_failures} restore "
+              f"failure(s), {state.preemptions} preemption(s)")
+    where = ""
+    if last_failure is not None and last_failure.seq is not None:
+        where = f" at seq {last_failure.seq}"
+        if last_failure.position is not None:
+            where += f" (position {last_failure.position})"
+    status = state.status
+    if status is Status.ERROR and last_failure is not None:
+        return (f"Trial {state.trial_id} is ERROR: it gave up{where}. "
+                f"{last_failure.text} In all: {counts}.")
+    if status is Status.TERMINATED:
+        return f"Trial {state.trial_id} is TERMINATED: it finished after {counts}."
+    if last_failure is not None and last_failure.decision != Decision.GIVE_UP.value:
+        return (f"Trial {state.trial_id} is {status.value}: its last failure{where} was "
+                f"recovered from ({last_failure.decision}); {counts}.")
+    return f"Trial {state.trial_id} is {status.value}; {counts}."

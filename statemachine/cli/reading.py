@@ -1,0 +1,143 @@
+"""Reading helpers shared by the commands: name checks with suggestions, decoding with
+corrupted-row warnings, driver-session ends, and ``--at`` parsing."""
+
+from __future__ import annotations
+
+import difflib
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from statemachine.cli.db import BadInput
+from statemachine.domain.compiled import fold_compiled
+from statemachine.domain.events import Event
+from statemachine.domain.state import TrialState
+from statemachine.exceptions import (
+    EventDecodeError,
+    UnknownExperimentError,
+    UnknownTrialError,
+)
+
+if TYPE_CHECKING:
+    from statemachine.cli.output import Output
+    from statemachine.log import EventStore
+    from statemachine.log.records import SessionInfo, StoredEvent
+
+
+def nearest(name: str, candidates: Iterable[str]) -> list[str]:
+    """Up to three candidates closest to ``name`` (difflib), best first."""
+    return difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.5)
+
+
+def require_experiment(store: EventStore, name: str) -> None:
+    """Raise :class:`UnknownExperimentError` (with the nearest names) unless ``name`` exists."""
+    names = [info.name for info in store.list_experiments()]
+    if name not in names:
+        raise UnknownExperimentError(name, nearest(name, names))
+
+
+def require_trial(store: EventStore, experiment: str, trial_id: str) -> None:
+    """Raise :class:`UnknownTrialError` (with the nearest ids) unless the trial has events."""
+    require_experiment(store, experiment)
+    trials = store.list_trials(experiment)
+    if trial_id not in trials:
+        raise UnknownTrialError(experiment, trial_id, nearest(trial_id, trials))
+
+
+@dataclass(frozen=True)
+class At:
+    """A point in the log: an event position, or a time (UTC)."""
+
+    position: int | None = None
+    time: datetime | None = None
+
+    def includes(self, stored: StoredEvent) -> bool:
+        """Whether ``stored`` had been recorded at this point."""
+        if self.position is not None:
+            return stored.position <= self.position
+        assert self.time is not None
+        return stored.recorded_at <= self.time
+
+    def to_json(self) -> dict[str, object]:
+        """``{"position": n}`` or ``{"time": iso}``."""
+        if self.position is not None:
+            return {"position": self.position}
+        assert self.time is not None
+        return {"time": self.time.isoformat()}
+
+
+def parse_at(value: str | None) -> At | None:
+    """Parse ``--at``: an integer event position, or an ISO 8601 time (naive means UTC)."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text.lstrip("-").isdigit():
+        position = int(text)
+        if position < 0:
+            raise BadInput(f"--at position must be >= 0, got {position}")
+        return At(position=position)
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise BadInput(
+            f"--at takes an event position (an integer) or an ISO time such as "
+            f"2026-01-31T12:00:00Z, got {value!r}"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return At(time=moment.astimezone(timezone.utc))
+
+
+def decode_trial(
+    stored: Iterable[StoredEvent], out: Output
+) -> list[tuple[StoredEvent, Event]]:
+    """Decode a trial's rows in order; at a corrupted row, warn (naming its position) and
+    stop that trial there: the rows after it cannot be folded on a gap."""
+    decoded: list[tuple[StoredEvent, Event]] = []
+    for row in stored:
+        try:
+            decoded.append((row, row.event))
+        except EventDecodeError as exc:
+            out.warn(f"{exc}; trial {row.trial_id!r} is shown as of seq {row.seq - 1}")
+            break
+    return decoded
+
+
+def group_by_trial(rows: Iterable[StoredEvent]) -> dict[str, list[StoredEvent]]:
+    """Rows per trial, in log order, trials in order of first appearance."""
+    grouped: dict[str, list[StoredEvent]] = defaultdict(list)
+    for row in rows:
+        grouped[row.trial_id].append(row)
+    return dict(grouped)
+
+
+def session_ends(sessions: Iterable[SessionInfo]) -> dict[int, str]:
+    """How each driver epoch ended: ``clean``, ``crashed`` (never ended and a newer epoch
+    took over, or ended unclean) or ``open`` (the newest session, not ended yet)."""
+    ordered = sorted(sessions, key=lambda s: s.epoch)
+    ends: dict[int, str] = {}
+    for i, s in enumerate(ordered):
+        if s.clean_end:
+            ends[s.epoch] = "clean"
+        elif s.ended_at is not None or i < len(ordered) - 1:
+            ends[s.epoch] = "crashed"
+        else:
+            ends[s.epoch] = "open"
+    return ends
+
+
+def fold_states(
+    store: EventStore, experiment: str, out: Output, at: At | None = None
+) -> list[TrialState]:
+    """Every trial's state (as of ``at``), folded from its events through the compiled
+    machine; a corrupted row is reported and its trial shown as of the row before."""
+    rows = store.read_experiment(experiment)
+    if at is not None:
+        rows = (r for r in rows if at.includes(r))
+    states = []
+    for trial_id, trial_rows in group_by_trial(rows).items():
+        events = [event for _, event in decode_trial(trial_rows, out)]
+        states.append(fold_compiled(trial_id, events))
+    return states

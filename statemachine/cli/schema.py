@@ -1,0 +1,104 @@
+"""The JSON shapes the CLI prints (``--json``): one function per kind of row.
+
+This module *is* the documented schema of docs/cli.md: keys are added, never renamed or
+removed, within a major version. Times are ISO 8601 in UTC.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from statemachine.domain.state import TrialState
+from statemachine.domain.status import Status
+from statemachine.exceptions import EventDecodeError
+
+if TYPE_CHECKING:
+    from statemachine.log.records import ExperimentInfo, SessionInfo, StoredEvent
+
+#: The statuses a user sees (``NEW`` exists only before a trial's first event).
+STATUSES = tuple(s.value for s in Status if s is not Status.NEW)
+
+
+def iso(moment: datetime | None) -> str | None:
+    """A time as ISO 8601 (``None`` stays ``None``)."""
+    return moment.isoformat() if moment is not None else None
+
+
+def trial_row(state: TrialState) -> dict[str, Any]:
+    """Schema ``trials``: one trial's folded state."""
+    error = state.last_error
+    return {
+        "trial_id": state.trial_id,
+        "status": state.status.value,
+        "num_failures": state.failures,
+        "num_restore_failures": state.restore_failures,
+        "total_restore_failures": state.total_restore_failures,
+        "num_preemptions": state.preemptions,
+        "last_error_type": error.kind if error else None,
+        "last_error_cause": error.cause_type if error else None,
+        "last_error_message": error.message if error else None,
+        "last_decision": state.last_decision.value if state.last_decision else None,
+        "latest_checkpoint": state.latest_checkpoint,
+        "seq": state.seq,
+    }
+
+
+def event_row(row: StoredEvent) -> dict[str, Any]:
+    """Schema ``show``: one recorded event with what it did (as recorded in the log)."""
+    try:
+        payload = row.payload
+    except EventDecodeError:  # a corrupted payload still shows its recorded columns
+        payload = None
+    error = payload.get("error") if isinstance(payload, dict) else None
+    try:
+        counters = row.counters
+    except EventDecodeError:
+        counters = None
+    return {
+        "position": row.position,
+        "seq": row.seq,
+        "recorded_at": iso(row.recorded_at),
+        "epoch": row.epoch,
+        "event": row.type_name,
+        "error_type": row.error_type,
+        "error_cause": error.get("cause_type") if isinstance(error, dict) else None,
+        "error_message": error.get("message") if isinstance(error, dict) else None,
+        "status_before": row.status_before,
+        "status_after": row.status_after,
+        "decision": row.decision,
+        "counters": counters,
+    }
+
+
+def session_row(session: SessionInfo, end: str) -> dict[str, Any]:
+    """Schema ``experiments[].sessions``: one driver session."""
+    return {
+        "epoch": session.epoch,
+        "host": session.host,
+        "pid": session.pid,
+        "started_at": iso(session.started_at),
+        "ended_at": iso(session.ended_at),
+        "end": end,
+    }
+
+
+def experiment_row(
+    info: ExperimentInfo,
+    status_counts: dict[str, int],
+    sessions: list[dict[str, Any]],
+    first_event_at: datetime | None,
+) -> dict[str, Any]:
+    """Schema ``experiments``: one experiment."""
+    return {
+        "name": info.name,
+        "storage_path": info.storage_path,
+        "created_at": iso(info.created_at),
+        "current_epoch": info.epoch,
+        "trials": info.trials,
+        "events": info.events,
+        "status_counts": {s: status_counts.get(s, 0) for s in STATUSES},
+        "sessions": sessions,
+        "first_event_at": iso(first_event_at),
+        "last_event_at": iso(info.last_recorded_at),
+    }

@@ -1,0 +1,122 @@
+"""Replay a trial's recorded events under another retry policy.
+
+The recorded outcome is the fold with the policies the log recorded; the hypothetical one
+folds the same events with the changed fields applied on top of whatever policy was in force
+at each event. When the hypothetical trial reaches a state where the next recorded event could
+not have happened (it gave up earlier, say), the replay is cut there and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from statemachine.domain.events import Event, TrialFailed
+from statemachine.domain.machine import apply
+from statemachine.domain.policy import RetryPolicy
+from statemachine.domain.state import TrialState
+from statemachine.domain.status import Decision, Status
+from statemachine.exceptions import InvalidTransitionError
+
+
+def outcome(state: TrialState, failed_events: int) -> str:
+    """``errored`` (ended in ERROR), ``recovered`` (failed and went on) or ``clean``."""
+    if state.status is Status.ERROR:
+        return "errored"
+    if failed_events:
+        return "recovered"
+    return "clean"
+
+
+def summarize(state: TrialState, failed_events: int) -> dict[str, Any]:
+    """The per-side summary a what-if row shows (schema ``what-if`` in docs/cli.md)."""
+    return {
+        "status": state.status.value,
+        "outcome": outcome(state, failed_events),
+        "num_failures": state.failures,
+        "num_restore_failures": state.restore_failures,
+        "total_restore_failures": state.total_restore_failures,
+        "num_preemptions": state.preemptions,
+        "last_decision": state.last_decision.value if state.last_decision else None,
+    }
+
+
+@dataclass(frozen=True)
+class WhatIfTrial:
+    """One trial, as recorded and under the hypothetical policy."""
+
+    trial_id: str
+    recorded: dict[str, Any]
+    hypothetical: dict[str, Any]
+    cut_at_seq: int | None
+    events_cut: int
+    note: str
+
+    @property
+    def changed(self) -> bool:
+        """Whether the hypothetical outcome differs from the recorded one."""
+        keys = ("status", "outcome", "num_failures", "last_decision")
+        return any(self.recorded[k] != self.hypothetical[k] for k in keys)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form of this row."""
+        return {
+            "trial_id": self.trial_id,
+            "recorded": self.recorded,
+            "hypothetical": self.hypothetical,
+            "changed": self.changed,
+            "cut_at_seq": self.cut_at_seq,
+            "events_cut": self.events_cut,
+            "note": self.note,
+        }
+
+
+def what_if(trial_id: str, events: Sequence[Event], changes: Mapping[str, Any]) -> WhatIfTrial:
+    """Fold ``events`` as recorded and with ``changes`` to the policy in force."""
+    recorded = TrialState(trial_id)
+    for event in events:
+        apply(recorded, event)
+    recorded_failures = sum(isinstance(e, TrialFailed) for e in events)
+
+    hypo = TrialState(trial_id)
+    overrides: dict[RetryPolicy, RetryPolicy] = {}
+    failures = 0
+    cut_at: int | None = None
+    for index, event in enumerate(events):
+        policy = overrides.get(hypo.policy)
+        if policy is None:
+            policy = overrides.setdefault(hypo.policy, hypo.policy.replace(**changes))
+        try:
+            apply(hypo, event, policy)
+        except InvalidTransitionError:
+            cut_at = index + 1
+            break
+        failures += isinstance(event, TrialFailed)
+    events_cut = len(events) - cut_at + 1 if cut_at is not None else 0
+    if cut_at is not None:
+        note = (f"under this policy the trial is {hypo.status.value} after seq {cut_at - 1} "
+                f"({_decided(hypo)}); the {events_cut} recorded event(s) from seq {cut_at} on "
+                "would not have happened and are cut")
+    elif hypo.status.is_terminal or hypo.status == recorded.status:
+        note = "same events, replayed to the end"
+    else:
+        note = (f"the log ends here; under this policy the trial would still be "
+                f"{hypo.status.value} ({_decided(hypo)}) and would have gone on")
+    return WhatIfTrial(
+        trial_id,
+        summarize(recorded, recorded_failures),
+        summarize(hypo, failures),
+        cut_at,
+        events_cut,
+        note,
+    )
+
+
+def _decided(state: TrialState) -> str:
+    decision = state.last_decision
+    if decision is None:
+        return "no failure decision"
+    if decision is Decision.GIVE_UP:
+        return "it gave up"
+    return f"last decision {decision.value}"
