@@ -26,13 +26,10 @@ class BadInput(click.ClickException):
     exit_code = 2
 
 
-def default_log_filename() -> str:
-    """The file name of the event log inside an experiment folder (decided by the Tune side)."""
-    try:
-        from statemachine.tune import DEFAULT_LOG_FILENAME
-    except ImportError:
-        return "statemachine.db"
-    return str(DEFAULT_LOG_FILENAME)
+#: The event log's file name inside an experiment folder. The Tune integration decides it
+#: (``statemachine.tune.store_url.DEFAULT_FILENAME``; a test keeps both equal); it is restated
+#: here so that reading a log never imports Ray.
+DEFAULT_LOG_FILENAME = "statemachine.db"
 
 
 def resolve_db(db: str | None) -> str:
@@ -45,7 +42,7 @@ def resolve_db(db: str | None) -> str:
         return db
     path = Path(db).expanduser()
     if path.is_dir():
-        log_file = path / default_log_filename()
+        log_file = path / DEFAULT_LOG_FILENAME
         if not log_file.is_file():
             raise BadInput(
                 f"no event log in folder {path}: expected {log_file}; pass the log file or "
