@@ -50,8 +50,9 @@ def _unwrap_ray(exc: BaseException) -> tuple[BaseException, str | None, bool | N
     traceback_text: str | None = None
     if isinstance(exc, RayTaskError):
         # ``ray.get`` raises ``as_instanceof_cause()`` duals: their ``__getattr__`` forwards to
-        # the cause, so ``traceback_str`` may be missing (AttributeError) rather than None.
-        traceback_text = getattr(exc, "traceback_str", None) or None
+        # the cause, so ``traceback_str`` may be missing (AttributeError) rather than None
+        # (their str() is the remote traceback that traceback_str held).
+        traceback_text = getattr(exc, "traceback_str", None) or str(exc) or None
         cause = getattr(exc, "cause", None) or exc
         if isinstance(cause, RayActorError):
             return cause, traceback_text, bool(cause.preempted)
