@@ -96,7 +96,9 @@ def _register() -> None:
         show,
         tail,
         timeline,
+        transfer,
         trials,
+        verify,
         whatif,
     )
 
@@ -109,6 +111,9 @@ def _register() -> None:
         timeline.timeline,
         diagram.diagram,
         tail.tail,
+        verify.verify,
+        transfer.export,
+        transfer.import_,
     ):
         cli.add_command(command)
 

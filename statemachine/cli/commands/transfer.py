@@ -1,0 +1,72 @@
+"""``trial-replay export EXP`` and ``trial-replay import FILE``: copy an experiment between
+stores as JSON lines (e.g. a cluster's PostgreSQL log into a local SQLite file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from statemachine.cli.db import DEFAULT_LOG_FILENAME, BadInput, open_store
+from statemachine.cli.output import Output, json_option
+from statemachine.cli.reading import require_experiment
+from statemachine.cli.transfer import export_records, import_export, line, read_export, summary
+from statemachine.log import verify as verify_log
+
+
+@click.command("export")
+@click.argument("experiment")
+@click.option("-o", "--output", "path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write to FILE (default: stdout).")
+@json_option
+@click.pass_obj
+def export(out: Output, experiment: str, path: Path | None, as_json: bool) -> int:
+    """Export the experiment's sessions and events as JSON lines (compact, sorted keys).
+    With -o and --json, print a summary object instead of nothing."""
+    if path is not None and not path.parent.is_dir():
+        raise BadInput(f"no such folder for the export: {path.parent}")
+    with open_store(out.db) as store:
+        require_experiment(store, experiment)
+        records = list(export_records(store, experiment, out.warn))
+    lines = [line(r) for r in records]
+    text = "".join(f"{ln}\n" for ln in lines)
+    if path is None:
+        click.echo(text, nl=False)
+        return out.exit_code
+    path.write_text(text, encoding="utf-8")
+    events = sum(1 for r in records if r["kind"] == "event")
+    if as_json:
+        out.json({"experiment": experiment, "file": str(path), "lines": len(lines),
+                  "events": events})
+    else:
+        out.text(f"Wrote {path}: {events} events of {experiment} ({len(lines)} lines)")
+    return out.exit_code
+
+
+@click.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--as", "name", metavar="NAME", help="Import under this experiment name.")
+@json_option
+@click.pass_obj
+def import_(out: Output, file: Path, name: str | None, as_json: bool) -> int:
+    """Import an export FILE into the --db store (created and migrated if needed: the one
+    command that writes). Refuses an experiment name the store already has."""
+    export_file = read_export(file)  # checked whole before anything is written
+    if not out.db:
+        raise BadInput("import needs a target store: pass --db URL|FILE or set "
+                       "STATEMACHINE_DB_URL")
+    target = out.db
+    folder = Path(target)
+    if "://" not in target and folder.is_dir():
+        target = str(folder / DEFAULT_LOG_FILENAME)
+    with open_store(target, create=True) as store:
+        imported = import_export(store, export_file, name)
+        result = verify_log(store, imported)
+    data = {**summary(imported, export_file), "verified": result.ok}
+    if as_json:
+        out.json(data)
+    else:
+        out.text(f"Imported {data['events']} events of {data['trials']} trials and "
+                 f"{data['sessions']} driver sessions as {imported!r}; verify: "
+                 f"{'OK' if result.ok else 'DIVERGED'}")
+    return out.exit_code
