@@ -32,3 +32,77 @@ class InvalidTransitionError(StateMachineError):
 
 class EventDecodeError(StateMachineError):
     """A stored event could not be decoded (unknown type or version, or a bad payload)."""
+
+
+# ---------------------------------------------------------------- the event log's errors
+
+
+class StoreError(StateMachineError):
+    """The event store failed; driver and SQL errors are translated into this (or a subclass)."""
+
+
+class StoreNotFoundError(StoreError):
+    """A read-only open found no database (a missing SQLite file or an unknown database)."""
+
+
+class NotAnEventLogError(StoreError):
+    """The database exists but holds no statemachine event log."""
+
+
+class SchemaVersionError(StoreError):
+    """The database schema is newer than this code (or older, and opened read-only).
+
+    Attributes:
+        database_revision: the Alembic revision the database is at.
+        code_revision: the newest revision this code knows (its head).
+    """
+
+    def __init__(self, message: str, database_revision: str | None, code_revision: str) -> None:
+        super().__init__(message)
+        self.database_revision = database_revision
+        self.code_revision = code_revision
+
+
+class FencedError(StoreError):
+    """A newer driver session took the experiment; this session may no longer write."""
+
+    def __init__(self, experiment: str, epoch: int, current_epoch: int) -> None:
+        self.experiment = experiment
+        self.epoch = epoch
+        self.current_epoch = current_epoch
+        super().__init__(
+            f"experiment {experiment!r}: driver session epoch {epoch} was fenced out by a newer "
+            f"session (epoch {current_epoch}); nothing was written. Only the newest driver may "
+            "record events: stop this driver"
+        )
+
+
+class ConcurrencyError(StoreError):
+    """An append expected a per-trial sequence number that is no longer the trial's last."""
+
+    def __init__(self, message: str, trial_id: str, expected_seq: int, actual_seq: int) -> None:
+        super().__init__(message)
+        self.trial_id = trial_id
+        self.expected_seq = expected_seq
+        self.actual_seq = actual_seq
+
+
+class UnknownExperimentError(StoreError, LookupError):
+    """No experiment of that name is in the store; ``suggestions`` lists close names."""
+
+    def __init__(self, name: str, suggestions: list[str]) -> None:
+        self.name = name
+        self.suggestions = suggestions
+        hint = f"; did you mean {', '.join(map(repr, suggestions))}?" if suggestions else ""
+        super().__init__(f"no experiment named {name!r} in this event log{hint}")
+
+
+class UnknownTrialError(StoreError, LookupError):
+    """The experiment has no events for that trial; ``suggestions`` lists close trial ids."""
+
+    def __init__(self, experiment: str, trial_id: str, suggestions: list[str]) -> None:
+        self.experiment = experiment
+        self.trial_id = trial_id
+        self.suggestions = suggestions
+        hint = f"; did you mean {', '.join(map(repr, suggestions))}?" if suggestions else ""
+        super().__init__(f"experiment {experiment!r} has no trial {trial_id!r}{hint}")

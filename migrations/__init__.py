@@ -1,0 +1,1 @@
+"""Alembic environment of the event log (installed as ``statemachine.log.migrations``)."""

@@ -1,0 +1,74 @@
+"""Alembic environment of the event log.
+
+Two ways in:
+- programmatically, from :func:`statemachine.log.migrate.upgrade`, which passes an open
+  connection in ``config.attributes["connection"]`` (and holds the migration lock);
+- from the command line in a checkout: ``alembic -x url=sqlite:///exp.db upgrade head``, or
+  with the URL in the ``STATEMACHINE_DB_URL`` environment variable.
+"""
+
+from __future__ import annotations
+
+import os
+
+from alembic import context
+from sqlalchemy import pool
+from sqlalchemy.engine import Connection
+
+from statemachine.log.engine import to_url
+from statemachine.log.schema import metadata
+
+URL_ENV = "STATEMACHINE_DB_URL"
+
+config = context.config
+target_metadata = metadata
+
+
+def _url() -> str:
+    url = context.get_x_argument(as_dictionary=True).get("url") or os.environ.get(URL_ENV)
+    url = url or config.get_main_option("sqlalchemy.url")
+    if not url:
+        raise SystemExit(
+            f"no database URL: pass `alembic -x url=sqlite:///path.db ...` or set {URL_ENV}"
+        )
+    return to_url(url)
+
+
+def _configure(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        render_as_batch=connection.dialect.name == "sqlite",
+        compare_type=True,
+    )
+
+
+def run_migrations_offline() -> None:
+    """Emit the SQL to stdout (``alembic upgrade head --sql``)."""
+    context.configure(url=_url(), target_metadata=target_metadata, literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    """Migrate through the caller's connection, or one made from the URL."""
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _configure(connection)
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+    from sqlalchemy import create_engine
+
+    engine = create_engine(_url(), poolclass=pool.NullPool)
+    with engine.connect() as conn:
+        _configure(conn)
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

@@ -1,0 +1,1 @@
+"""Versioned Alembic scripts; each freezes the tables it creates or changes."""

@@ -1,0 +1,44 @@
+"""The durable event log: an SQL store of every trial event, and the live registry over it.
+
+See ``docs/log-api.md`` for the contract the Tune integration and the CLI code against.
+"""
+
+from statemachine.log.experiment_log import ExperimentLog
+from statemachine.log.records import (
+    AppendRequest,
+    DriverSession,
+    ExperimentInfo,
+    SessionInfo,
+    StoredEvent,
+)
+from statemachine.log.replay import (
+    Divergence,
+    ReplayStep,
+    SeqGap,
+    TrialReplay,
+    VerifyResult,
+    rehydrate,
+    replay_experiment,
+    replay_trial,
+    verify,
+)
+from statemachine.log.store import EventStore
+
+__all__ = [
+    "AppendRequest",
+    "Divergence",
+    "DriverSession",
+    "EventStore",
+    "ExperimentInfo",
+    "ExperimentLog",
+    "ReplayStep",
+    "SeqGap",
+    "SessionInfo",
+    "StoredEvent",
+    "TrialReplay",
+    "VerifyResult",
+    "rehydrate",
+    "replay_experiment",
+    "replay_trial",
+    "verify",
+]

@@ -1,0 +1,118 @@
+"""Engines for the event log: URL handling, SQLite settings that keep data, error translation.
+
+SQLite connections run in WAL mode with ``synchronous=FULL`` (configurable), a busy timeout
+and foreign keys on. The driver's own implicit transactions are switched off so that this
+module decides how a transaction begins: ``BEGIN IMMEDIATE`` on the store's writer connection
+(the write lock is taken before anything is read, so a check and the write it guards see the
+same database), plain ``BEGIN`` on reader connections (a consistent snapshot, no lock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+from statemachine.exceptions import StoreError
+
+SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
+DEFAULT_BUSY_TIMEOUT_MS = 10_000
+#: Execution option marking a writer connection (SQLite: its transactions ``BEGIN IMMEDIATE``).
+WRITER = "statemachine_writer"
+
+
+def to_url(url_or_path: str | Path) -> str:
+    """A SQLAlchemy URL string for a URL or a bare filesystem path to a SQLite file.
+
+    ``postgresql://`` and ``postgres://`` get the psycopg 3 driver.
+    """
+    text = str(url_or_path)
+    if "://" not in text:
+        return f"sqlite:///{Path(text).expanduser().resolve()}"
+    for prefix in ("postgresql://", "postgres://"):
+        if text.startswith(prefix):
+            return "postgresql+psycopg://" + text[len(prefix) :]
+    return text
+
+
+def describe(url: str | URL) -> str:
+    """The URL with any password hidden, for messages."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file behind a SQLite URL (``None`` for other databases or ``:memory:``)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+def make_engine(
+    url: str,
+    *,
+    writable: bool,
+    sqlite_synchronous: str = "FULL",
+    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+) -> Engine:
+    """An engine for ``url`` with the event log's connection settings."""
+    level = str(sqlite_synchronous).upper()
+    if level not in SYNCHRONOUS_LEVELS:
+        raise StoreError(
+            f"sqlite_synchronous must be one of {', '.join(SYNCHRONOUS_LEVELS)}, "
+            f"got {sqlite_synchronous!r}"
+        )
+    parsed = make_url(url)
+    try:
+        engine = create_engine(parsed, pool_pre_ping=parsed.get_backend_name() != "sqlite")
+    except (SQLAlchemyError, ImportError) as exc:
+        raise StoreError(f"cannot use database URL {describe(parsed)}: {exc}") from exc
+    if engine.dialect.name == "sqlite":
+        _configure_sqlite(engine, writable=writable, synchronous=level, busy_ms=busy_timeout_ms)
+    return engine
+
+
+def _configure_sqlite(engine: Engine, *, writable: bool, synchronous: str, busy_ms: int) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves, below
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
+        if writable:
+            cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute(f"PRAGMA synchronous = {synchronous}")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        immediate = conn.get_execution_options().get(WRITER)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def translate(exc: SQLAlchemyError, what: str, url: str) -> StoreError:
+    """A :class:`StoreError` naming what failed, the database and the driver's message."""
+    original = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    message = (
+        str(original).strip().splitlines()[0] if str(original).strip() else type(original).__name__
+    )
+    hint = ""
+    if "locked" in message or "busy" in message:
+        hint = " (another process holds the write lock; retry, or raise the busy timeout)"
+    error = StoreError(f"{what} failed on {describe(url)}: {message}{hint}")
+    error.__cause__ = exc
+    return error
+
+
+@contextlib.contextmanager
+def translated(what: str, url: str) -> Iterator[None]:
+    """Translate any SQLAlchemy/driver error raised inside into a :class:`StoreError`."""
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        raise translate(exc, what, url) from exc

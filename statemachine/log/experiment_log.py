@@ -1,0 +1,241 @@
+"""The live registry a driver holds: every trial's state, kept equal to the fold of its log.
+
+``record`` folds the event on a copy of the trial's state (so an invalid event changes
+nothing), appends it with the transition record it produced, and only then keeps the new
+state. Opening rehydrates every trial from its newest snapshot plus the events after it.
+Snapshots are written every ``snapshot_every`` events of a trial and for every trial at a
+clean close.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from types import TracebackType
+
+from statemachine.domain.events import Event, PolicySet
+from statemachine.domain.machine import TransitionRecord, apply
+from statemachine.domain.policy import RetryPolicy
+from statemachine.domain.state import TrialState
+from statemachine.exceptions import ConcurrencyError, StoreError
+from statemachine.log.engine import DEFAULT_BUSY_TIMEOUT_MS
+from statemachine.log.records import AppendRequest, DriverSession
+from statemachine.log.replay import fold_stored, rehydrate
+from statemachine.log.store import EventStore
+
+
+class ExperimentLog:
+    """An experiment's trials, recorded durably as a driver session. Open with :meth:`open`."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        session: DriverSession,
+        states: dict[str, TrialState],
+        *,
+        snapshot_every: int,
+        owns_store: bool,
+    ) -> None:
+        """Use :meth:`open` instead."""
+        self.store = store
+        self.session = session
+        self._states = states
+        self._snapshot_every = snapshot_every
+        self._owns_store = owns_store
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        url_or_store: str | Path | EventStore,
+        experiment: str,
+        policy: RetryPolicy,
+        *,
+        storage_path: str | None = None,
+        snapshot_every: int = 100,
+        sqlite_synchronous: str = "FULL",
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    ) -> ExperimentLog:
+        """Start a driver session on ``experiment`` and rehydrate its trials.
+
+        The new session fences out any older driver of the experiment before the states are
+        read, so nothing the old driver could still write is missed.
+        """
+        if snapshot_every < 1:
+            raise StoreError(f"snapshot_every must be >= 1, got {snapshot_every}")
+        owns = not isinstance(url_or_store, EventStore)
+        store = (
+            EventStore.open(
+                url_or_store,
+                sqlite_synchronous=sqlite_synchronous,
+                busy_timeout_ms=busy_timeout_ms,
+            )
+            if not isinstance(url_or_store, EventStore)
+            else url_or_store
+        )
+        try:
+            session = store.start_session(experiment, policy=policy, storage_path=storage_path)
+            states = rehydrate(store, experiment)
+        except BaseException:
+            if owns:
+                store.close()
+            raise
+        return cls(store, session, states, snapshot_every=snapshot_every, owns_store=owns)
+
+    # ------------------------------------------------------------ reading
+
+    @property
+    def experiment(self) -> str:
+        """The experiment's name."""
+        return self.session.experiment
+
+    @property
+    def policy(self) -> RetryPolicy:
+        """The retry policy of this driver session."""
+        return self.session.policy
+
+    def state(self, trial_id: str) -> TrialState | None:
+        """A copy of the trial's current state (``None`` for a trial never recorded)."""
+        state = self._states.get(trial_id)
+        return state.copy() if state is not None else None
+
+    def states(self) -> dict[str, TrialState]:
+        """Copies of every trial's current state."""
+        return {trial_id: state.copy() for trial_id, state in self._states.items()}
+
+    def preview(self, trial_id: str, event: Event) -> TransitionRecord:
+        """What recording ``event`` would do (the decision), without writing or changing it."""
+        _, requests = self._fold(trial_id, event, None, {})
+        return requests[-1].record  # type: ignore[return-value]
+
+    # ------------------------------------------------------------ recording
+
+    def _fold(
+        self,
+        trial_id: str,
+        event: Event,
+        event_id: str | None,
+        pending: dict[str, TrialState],
+    ) -> tuple[TrialState, list[AppendRequest]]:
+        """Fold ``event`` on a copy of the trial's state; the requests that would append it."""
+        work = pending.get(trial_id)
+        if work is None:
+            current = self._states.get(trial_id)
+            work = current.copy() if current is not None else TrialState(trial_id)
+        event_id = event_id or uuid.uuid4().hex
+        requests: list[AppendRequest] = []
+        if not isinstance(event, PolicySet) and work.policy != self.policy:
+            policy_set = PolicySet(policy=self.policy)
+            seq = work.seq
+            requests.append(
+                AppendRequest(trial_id, policy_set, seq, apply(work, policy_set), event_id + "/p")
+            )
+        seq = work.seq
+        requests.append(AppendRequest(trial_id, event, seq, apply(work, event), event_id))
+        return work, requests
+
+    def record(
+        self, trial_id: str, event: Event, *, event_id: str | None = None
+    ) -> TransitionRecord:
+        """Append ``event`` to the trial durably, keep the new state, return what it did.
+
+        An event not valid in the trial's state raises ``InvalidTransitionError``; a failed
+        append raises a ``StoreError`` (``FencedError`` when a newer driver took over). In both
+        cases nothing is written and the state is unchanged. Retrying with the same
+        ``event_id`` after an error whose outcome is unknown is safe (idempotent).
+        """
+        return self.record_many([(trial_id, event)], event_ids=[event_id])[0]
+
+    def record_many(
+        self,
+        items: Iterable[tuple[str, Event]],
+        *,
+        event_ids: Iterable[str | None] | None = None,
+    ) -> list[TransitionRecord]:
+        """Record many events in one transaction (group commit): all of them, or none.
+
+        Events of one trial fold in the order given. The same guarantees as :meth:`record`.
+        """
+        self._check_open()
+        items = list(items)
+        ids = list(event_ids) if event_ids is not None else [None] * len(items)
+        if len(ids) != len(items):
+            raise StoreError(f"{len(items)} events but {len(ids)} event ids")
+        pending: dict[str, TrialState] = {}
+        requests: list[AppendRequest] = []
+        results: list[TransitionRecord] = []
+        for (trial_id, event), event_id in zip(items, ids, strict=True):
+            work, reqs = self._fold(trial_id, event, event_id, pending)
+            pending[trial_id] = work
+            requests += reqs
+            results.append(reqs[-1].record)  # type: ignore[arg-type]
+        try:
+            if len(requests) == 1:
+                r = requests[0]
+                self.store.append(
+                    self.session,
+                    r.trial_id,
+                    r.event,
+                    expected_seq=r.expected_seq,
+                    record=r.record,
+                    event_id=r.event_id,
+                )
+            else:
+                self.store.append_batch(self.session, requests)
+        except ConcurrencyError:
+            # Our view of a trial is behind the log (an earlier append committed although it
+            # reported an error): catch up from the log so the next record works, then say so.
+            for trial_id in pending:
+                self._reload(trial_id)
+            raise
+        due = []
+        for trial_id, work in pending.items():
+            before = self._states.get(trial_id)
+            if (
+                work.seq // self._snapshot_every
+                > (before.seq if before else 0) // self._snapshot_every
+            ):
+                due.append(work)
+            self._states[trial_id] = work
+        if due:
+            self.store.save_snapshots(self.session, due)
+        return results
+
+    def _reload(self, trial_id: str) -> None:
+        replay = fold_stored(
+            trial_id, self.store.read_trial(self.experiment, trial_id), keep_steps=False
+        )
+        self._states[trial_id] = replay.state
+
+    # ------------------------------------------------------------ closing
+
+    def close(self, clean: bool = True) -> None:
+        """End the session; a clean close first snapshots every trial. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            try:
+                if clean:
+                    self.store.save_snapshots(self.session, self._states.values())
+            finally:
+                self.store.end_session(self.session, clean=clean)
+        finally:
+            if self._owns_store:
+                self.store.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError(f"the log of experiment {self.experiment!r} is closed")
+
+    def __enter__(self) -> ExperimentLog:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close(clean=exc_type is None)

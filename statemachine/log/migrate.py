@@ -1,0 +1,138 @@
+"""Schema versions of the event log, by Alembic: find the scripts, read, check, upgrade.
+
+The scripts live in the repository's top-level ``migrations/`` directory (what ``alembic.ini``
+points to). ``statemachine/log/migrations`` is a symbolic link to it, so the package finder
+ships the scripts inside the wheel as ``statemachine.log.migrations`` with nothing to list in
+setup.cfg, and an installed statemachine migrates the databases it opens exactly as
+``alembic upgrade head`` does from a checkout. Only :func:`upgrade` writes; the other
+functions only read.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, inspect, text
+
+from statemachine.exceptions import NotAnEventLogError, SchemaVersionError, StoreError
+from statemachine.log.engine import WRITER, describe, translated
+from statemachine.log.schema import TABLE_NAMES
+
+#: Key of the PostgreSQL advisory lock that serialises concurrent upgrades.
+_PG_MIGRATION_LOCK = 0x5EED_1060
+
+
+def script_location() -> Path:
+    """The directory holding ``env.py`` and ``versions/`` (installed package or checkout)."""
+    try:
+        spec = importlib.util.find_spec("statemachine.log.migrations")
+    except ModuleNotFoundError:
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    checkout = Path(__file__).resolve().parents[2] / "migrations"
+    if (checkout / "env.py").is_file():
+        return checkout
+    raise StoreError(
+        "the event log's migration scripts are missing from this installation of "
+        "statemachine; reinstall it (pip install --force-reinstall statemachine)"
+    )
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    """An Alembic :class:`Config` for the packaged scripts, optionally bound to a connection."""
+    config = Config()
+    config.set_main_option("script_location", str(script_location()).replace("%", "%%"))
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+@functools.lru_cache(maxsize=1)
+def _scripts() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config())
+
+
+def head_revision() -> str:
+    """The newest schema revision this code knows."""
+    head = _scripts().get_current_head()
+    assert head is not None, "the migration scripts define no revision"
+    return head
+
+
+def known_revisions() -> set[str]:
+    """Every revision this code's scripts define."""
+    return {script.revision for script in _scripts().walk_revisions()}
+
+
+def current_revision(bind: Engine | Connection) -> str | None:
+    """The revision a database is stamped with (``None``: never migrated). Reads only."""
+    if isinstance(bind, Engine):
+        with bind.connect() as conn:
+            return current_revision(conn)
+    return MigrationContext.configure(bind).get_current_revision()
+
+
+def has_event_tables(conn: Connection) -> bool:
+    """Whether any of the event log's tables exists in the database."""
+    names = set(inspect(conn).get_table_names())
+    return any(name in names for name in TABLE_NAMES)
+
+
+def check_revision(revision: str | None, url: str, *, writable: bool) -> None:
+    """Refuse a database this code must not use; ``writable`` allows an older one.
+
+    Raises :class:`SchemaVersionError` naming both revisions and the fix.
+    """
+    head = head_revision()
+    if revision == head:
+        return
+    where = describe(url)
+    if revision is not None and revision not in known_revisions():
+        raise SchemaVersionError(
+            f"the event log at {where} has schema revision {revision!r}, newer than this "
+            f"statemachine knows (its newest is {head!r}); upgrade statemachine to open it",
+            revision,
+            head,
+        )
+    if not writable:
+        raise SchemaVersionError(
+            f"the event log at {where} has schema revision {revision!r}, older than this "
+            f"statemachine's {head!r}; open it once for writing (EventStore.open(url)) or run "
+            f"`alembic -x url={where} upgrade head`, then read it",
+            revision,
+            head,
+        )
+
+
+def upgrade(engine: Engine) -> str:
+    """Apply every pending migration (under a lock: concurrent openers wait); return the head.
+
+    A database newer than this code is refused with :class:`SchemaVersionError` and left as
+    it is; a database holding the tables but no version stamp with :class:`NotAnEventLogError`.
+    """
+    url = engine.url.render_as_string(hide_password=False)
+    with translated("migrating the event log", url), engine.connect() as conn:
+        conn = conn.execution_options(**{WRITER: True})
+        with conn.begin():
+            if conn.dialect.name == "postgresql":
+                conn.execute(
+                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK}
+                )
+            revision = current_revision(conn)
+            check_revision(revision, url, writable=True)
+            if revision is None and has_event_tables(conn):
+                raise NotAnEventLogError(
+                    f"{describe(url)} holds event log tables but no schema version; it was not "
+                    "made by statemachine's migrations. Use a new database, or stamp it with "
+                    "`alembic -x url=... stamp <revision>` if you know its revision"
+                )
+            if revision != head_revision():
+                command.upgrade(alembic_config(conn), "head")
+    return head_revision()

@@ -1,0 +1,138 @@
+"""Plain values the event store hands out and takes in (no SQL in here)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from statemachine.domain.events import Event, decode_event
+from statemachine.domain.machine import TransitionRecord
+from statemachine.domain.policy import RetryPolicy
+from statemachine.exceptions import EventDecodeError
+
+
+def dump_json(value: Any) -> str:
+    """The one JSON form the log writes (sorted keys, compact): equal values, equal text."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def load_json(text: str | None, what: str) -> Any:
+    """Parse a stored JSON document, or raise :class:`EventDecodeError` naming ``what``."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise EventDecodeError(f"{what} is not valid JSON ({exc}): {str(text)[:80]!r}") from None
+
+
+def utc(value: datetime) -> datetime:
+    """``value`` as an aware UTC datetime (naive values are taken to be UTC already)."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc)
+
+
+def utcnow() -> datetime:
+    """The current time, aware, in UTC."""
+    return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True, slots=True)
+class DriverSession:
+    """A driver's hold on an experiment: appends carry its ``epoch`` and are fenced by it."""
+
+    experiment: str
+    experiment_id: int
+    epoch: int
+    policy: RetryPolicy
+    started_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRequest:
+    """One event to append: ``expected_seq`` is the trial's last sequence number (0: none)."""
+
+    trial_id: str
+    event: Event
+    expected_seq: int
+    record: TransitionRecord | None = None
+    event_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """One row of the log. ``payload_json``/``counters_json`` are parsed on access."""
+
+    position: int
+    experiment: str
+    trial_id: str
+    seq: int
+    type_name: str
+    version: int
+    payload_json: str
+    error_type: str | None
+    status_before: str | None
+    status_after: str | None
+    decision: str | None
+    counters_json: str | None
+    epoch: int
+    event_id: str
+    recorded_at: datetime
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """The event's JSON payload (raises :class:`EventDecodeError` if corrupted)."""
+        value = load_json(self.payload_json, self._where("payload"))
+        if not isinstance(value, dict):
+            raise EventDecodeError(f"{self._where('payload')} is not a JSON object")
+        return value
+
+    @property
+    def counters(self) -> dict[str, int] | None:
+        """The trial's counters after this event, as recorded (``None`` if not recorded)."""
+        value = load_json(self.counters_json, self._where("counters"))
+        return value if value is None else dict(value)
+
+    @property
+    def event(self) -> Event:
+        """The decoded event (raises :class:`EventDecodeError` for a corrupted row)."""
+        try:
+            return decode_event(self.type_name, self.version, self.payload)
+        except EventDecodeError as exc:
+            raise EventDecodeError(f"{self._where('event')}: {exc}") from None
+
+    def _where(self, what: str) -> str:
+        return (
+            f"{what} of event at position {self.position} (trial {self.trial_id!r}, seq {self.seq})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ExperimentInfo:
+    """An experiment in the store, with its size."""
+
+    name: str
+    storage_path: str | None
+    created_at: datetime
+    epoch: int
+    trials: int
+    events: int
+    last_recorded_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """A driver session of an experiment, as recorded."""
+
+    experiment: str
+    epoch: int
+    host: str
+    pid: int
+    versions: dict[str, str]
+    policy: RetryPolicy
+    started_at: datetime
+    ended_at: datetime | None
+    clean_end: bool | None

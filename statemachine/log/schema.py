@@ -1,0 +1,106 @@
+"""The event log's tables, as SQLAlchemy Core metadata (the live model).
+
+This module is what the code reads and writes through, and what ``alembic check`` compares
+the migrated database against. It never creates anything: every schema change is an Alembic
+script in ``migrations/versions/`` that freezes its own copy of the tables it touches.
+
+JSON documents (payloads, counters, policies, snapshot states) are stored as text written by
+:func:`statemachine.log.records.dump_json`, so a corrupted row surfaces as an
+``EventDecodeError`` on that row instead of breaking a whole read.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+#: A 64-bit autoincrementing key; SQLite only autoincrements ``INTEGER PRIMARY KEY`` (rowid).
+Position = BigInteger().with_variant(Integer(), "sqlite")
+
+experiments = Table(
+    "experiments",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(255), nullable=False),
+    Column("storage_path", Text, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("epoch", Integer, nullable=False),
+    UniqueConstraint("name"),
+)
+
+driver_sessions = Table(
+    "driver_sessions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("experiment_id", Integer, ForeignKey("experiments.id"), nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("versions", Text, nullable=False),
+    Column("policy", Text, nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("ended_at", DateTime(timezone=True), nullable=True),
+    Column("clean_end", Boolean, nullable=True),
+    UniqueConstraint("experiment_id", "epoch"),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("position", Position, primary_key=True, autoincrement=True),
+    Column("experiment_id", Integer, ForeignKey("experiments.id"), nullable=False),
+    Column("trial_id", String(255), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("type_name", String(64), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("error_type", String(64), nullable=True),
+    Column("status_before", String(16), nullable=True),
+    Column("status_after", String(16), nullable=True),
+    Column("decision", String(32), nullable=True),
+    Column("counters", Text, nullable=True),
+    Column("epoch", Integer, nullable=False),
+    Column("event_id", String(64), nullable=False),
+    Column("recorded_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("experiment_id", "trial_id", "seq"),
+    UniqueConstraint("experiment_id", "event_id"),
+    Index(None, "experiment_id", "position"),
+)
+
+snapshots = Table(
+    "snapshots",
+    metadata,
+    Column("experiment_id", Integer, ForeignKey("experiments.id"), nullable=False),
+    Column("trial_id", String(255), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("machine_version", String(32), nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("taken_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("experiment_id", "trial_id"),
+)
+
+#: Every table of the event log (what a database must hold to be one).
+TABLE_NAMES = tuple(metadata.tables)

@@ -1,0 +1,63 @@
+"""Shared fixtures: a SQLite event log URL and a PostgreSQL one (in a schema of its own).
+
+PostgreSQL: the server named by ``STATEMACHINE_TEST_PG_URL`` (default: the local test
+server). When it is not reachable the test is skipped with the reason, except when ``CI`` is
+set: then an unreachable server fails the test. Mark such tests ``@pytest.mark.postgres``.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import make_url
+
+PG_URL_ENV = "STATEMACHINE_TEST_PG_URL"
+DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A URL for a new SQLite event log file in the test's temporary directory."""
+    return f"sqlite:///{tmp_path / 'events.db'}"
+
+
+def _libpq(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def pg_server_url() -> str:
+    """The PostgreSQL server's URL, once it answered (else skip, or fail under ``CI``)."""
+    import psycopg
+
+    url = os.environ.get(PG_URL_ENV, DEFAULT_PG_URL)
+    try:
+        psycopg.connect(_libpq(url), connect_timeout=3).close()
+    except Exception as exc:
+        reason = f"PostgreSQL not reachable at {make_url(url)!r}: {exc}".strip()
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason} (CI is set: PostgreSQL tests must run)")
+        pytest.skip(f"{reason}; start it or set {PG_URL_ENV}")
+    return url
+
+
+@pytest.fixture
+def pg_url(pg_server_url: str) -> Iterator[str]:
+    """A PostgreSQL URL whose ``search_path`` is a new, empty schema, dropped afterwards."""
+    import psycopg
+
+    schema = f"sm_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_libpq(pg_server_url), autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    yield (
+        make_url(pg_server_url)
+        .update_query_dict({"options": f"-csearch_path={schema}"})
+        .render_as_string(hide_password=False)
+    )
+    with psycopg.connect(_libpq(pg_server_url), autocommit=True) as conn:
+        conn.execute("SET lock_timeout = '20s'")
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
