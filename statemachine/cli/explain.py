@@ -237,7 +237,9 @@ class _Narrator:
                 why = f"the preemption budget or failure budget is spent ({state.preemptions} " \
                       "preemptions)"
             else:
-                why = f"{_budget(state.failures, policy)} exceeds the budget"
+                why = f"failure {state.failures} exceeds max_failures {policy.max_failures}"
+                if before.status is Status.RESTORING:
+                    why = f"the restore retries are spent and {why}"
             tail = f"Decision GIVE_UP: {why}; the trial ends in ERROR."
         else:
             tail = f"Status {record.status_before.value} -> {record.status_after.value}."
