@@ -1,0 +1,49 @@
+"""A Tune driver for the driver-crash test, run as its own process (and process group).
+
+usage: python tune_crash_driver.py fit|restore STORAGE NAME CTL WITH_CALLBACK OUT_JSON
+
+``fit`` starts the experiment (the test SIGKILLs it mid-run); ``restore`` continues it with
+``Tuner.restore`` and writes ``{trial_id: [status, num_failures]}`` from the ``ResultGrid``
+to OUT_JSON. The callback, when used, comes back from the experiment state by itself.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import ray
+from ray import tune
+from tune_trainables import Flaky
+
+
+def main(mode: str, storage: str, name: str, ctl: str, with_callback: str, out: str) -> None:
+    ray.init(num_cpus=2, include_dashboard=False, address="local")
+    try:
+        if mode == "fit":
+            callbacks = []
+            if with_callback == "1":
+                from statemachine.tune import EventLogCallback
+
+                callbacks.append(EventLogCallback())
+            tuner = tune.Tuner(
+                Flaky,
+                param_space={"ctl": ctl, "iters": 4, "fail_at": 2},
+                run_config=tune.RunConfig(
+                    name=name, storage_path=storage, callbacks=callbacks, verbose=0,
+                    failure_config=tune.FailureConfig(max_failures=2),
+                    checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1),
+                ),
+            )
+        else:
+            tuner = tune.Tuner.restore(str(Path(storage, name)), trainable=Flaky)
+        grid = tuner.fit()
+        trials = grid._experiment_analysis.trials
+        Path(out).write_text(json.dumps({t.trial_id: [t.status, t.num_failures] for t in trials}))
+    finally:
+        ray.shutdown()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

@@ -1,0 +1,82 @@
+"""Small real trainables for the Tune integration tests, steered by files in a control folder.
+
+The control folder (``config["ctl"]``, an absolute path) holds marker files, so the test and
+the trainable's actor (another process) agree on what happened: each restore attempt writes
+``restore-<n>``; ``fail-restores`` holds how many restore attempts fail (``-1``: all);
+``bad-checkpoint`` names a checkpoint folder whose restore always fails;
+``block-restore-after`` makes restore attempts past that number hang (the driver-crash test
+kills the driver while one hangs).
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ray import tune
+
+
+def touch_once(path: Path) -> bool:
+    """Create ``path``; True only for the caller that created it."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
+
+
+def restore_attempts(ctl: Path) -> int:
+    """How many restore attempts the trainables made so far."""
+    return len(list(ctl.glob("restore-*")))
+
+
+class Flaky(tune.Trainable):
+    """Counts iterations; fails as ``config`` says.
+
+    config: ``ctl`` (folder), ``iters`` (iterations to run), ``fail_at`` (iteration raising
+    ``ValueError`` once), ``die_at`` (iteration calling ``os._exit(1)`` once), ``raise_type``
+    (name of a builtin exception to raise at ``fail_at`` instead, every time); a ``variant``
+    dict (from a grid search) overrides any of them.
+    """
+
+    def setup(self, config: dict[str, Any]) -> None:
+        self.ctl = Path(config["ctl"])
+        self.i = 0
+
+    def step(self) -> dict[str, Any]:
+        self.i += 1
+        cfg = {**self.config, **self.config.get("variant", {})}
+        tag = cfg.get("tag", "t")
+        if cfg.get("fail_at") == self.i:
+            raise_type = cfg.get("raise_type")
+            if raise_type:
+                raise getattr(builtins, raise_type)(f"{raise_type} raised by config")
+            if touch_once(self.ctl / f"failed-{tag}"):
+                raise ValueError(f"training failed at iteration {self.i}")
+        if cfg.get("die_at") == self.i and touch_once(self.ctl / f"died-{tag}"):
+            os._exit(1)
+        time.sleep(cfg.get("sleep", 0.0))
+        return {"score": self.i, "done": self.i >= cfg["iters"]}
+
+    def save_checkpoint(self, checkpoint_dir: str) -> None:
+        Path(checkpoint_dir, "state.json").write_text(json.dumps({"i": self.i}))
+
+    def load_checkpoint(self, checkpoint_dir: str) -> None:
+        n = restore_attempts(self.ctl) + 1
+        (self.ctl / f"restore-{n}").write_text(str(os.getpid()))
+        block = self.ctl / "block-restore-after"
+        if block.exists() and n > int(block.read_text()):
+            time.sleep(3600)
+        bad = self.ctl / "bad-checkpoint"
+        if bad.exists() and Path(checkpoint_dir).name == bad.read_text():
+            raise OSError(f"checkpoint {Path(checkpoint_dir).name} is corrupt")
+        fails_file = self.ctl / "fail-restores"
+        fails = int(fails_file.read_text()) if fails_file.exists() else 0
+        if fails < 0 or n <= fails:
+            raise OSError(f"restore attempt {n} failed: storage unavailable")
+        self.i = json.loads(Path(checkpoint_dir, "state.json").read_text())["i"]
