@@ -40,7 +40,8 @@ class ReplayGroup(click.Group):
         **extra: Any,
     ) -> int:
         """Run the command line; return (or, standalone, exit with) the exit code."""
-        code = self._run(args, prog_name or PROG, complete_var, **extra)
+        # Messages always name the console script, whoever calls (CliRunner passes its own).
+        code = self._run(args, PROG, complete_var, **extra)
         if standalone_mode:
             sys.exit(code)
         return code
@@ -72,7 +73,7 @@ class ReplayGroup(click.Group):
         return rv if isinstance(rv, int) else 0
 
 
-@click.group(cls=ReplayGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(PROG, cls=ReplayGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--db",
     envvar=DB_ENV,

@@ -30,6 +30,10 @@ STATUS_STYLE: dict[str, str] = {
 }
 
 
+#: Columns whose cells are never wrapped (ids, statuses and decisions are copied and searched).
+NO_WRAP = frozenset({"decision", "last decision", "event", "status"})
+
+
 def dumps(data: Any) -> str:
     """The CLI's JSON form: two-space indent, keys in the order the schema builds them."""
     return json.dumps(data, indent=2, ensure_ascii=False)
@@ -76,9 +80,11 @@ class Output:
     ) -> None:
         """Print a rich table; cells of the ``status_column`` are coloured by status."""
         table = Table(title=title, title_justify="left", header_style="bold")
-        for name in columns:
-            table.add_column(name, overflow="fold")
         index = columns.index(status_column) if status_column in columns else -1
+        for i, name in enumerate(columns):
+            # Ids and statuses are never folded: people search and copy them.
+            keep = i in (0, index) or name in NO_WRAP
+            table.add_column(name, overflow="fold", no_wrap=keep)
         for row in rows:
             cells = ["" if v is None else str(v) for v in row]
             if index >= 0 and cells[index] in STATUS_STYLE:

@@ -37,13 +37,15 @@ def trials(
     if at is not None:
         title += f" at {next(iter(at.to_json().values()))}"
     out.table(
-        ["trial", "status", "failures", "restore fails (episode)", "restore fails (total)",
-         "preemptions", "last error", "last decision", "latest checkpoint"],
+        ["trial", "status", "failures", "restore fails (episode/total)", "preemptions",
+         "last error", "last decision", "latest checkpoint"],
         [
             [
-                r["trial_id"], r["status"], r["num_failures"], r["num_restore_failures"],
-                r["total_restore_failures"], r["num_preemptions"],
-                f"{r['last_error_type']}: {r['last_error_cause']}: {r['last_error_message']}"
+                r["trial_id"], r["status"], r["num_failures"],
+                f"{r['num_restore_failures']}/{r['total_restore_failures']}",
+                r["num_preemptions"],
+                f"{r['last_error_type']} ({_short(r['last_error_cause'])}): "
+                f"{r['last_error_message']}"
                 if r["last_error_type"] else "",
                 r["last_decision"], r["latest_checkpoint"],
             ]
@@ -53,3 +55,7 @@ def trials(
         status_column="status",
     )
     return out.exit_code
+
+
+def _short(cause: str | None) -> str:
+    return (cause or "").rsplit(".", 1)[-1]

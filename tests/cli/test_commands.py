@@ -1,0 +1,245 @@
+"""What each command tells a person about the fixture log (restore retries across a driver
+crash, a preemption, a restart from scratch, a trial given up)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.cli.conftest import EXP, Run, folder_state
+
+
+def _json(run: Run) -> object:
+    assert run.exit_code == 0, run.stderr
+    return json.loads(run.stdout)
+
+
+def _by_trial(rows: object) -> dict[str, dict[str, object]]:
+    assert isinstance(rows, list)
+    return {r["trial_id"]: r for r in rows}
+
+
+def test_trials_json_has_the_names_others_rely_on(
+    invoke: Callable[..., Run], fixture_db: Path
+) -> None:
+    rows = _by_trial(_json(invoke("--db", f"sqlite:///{fixture_db}", "trials", EXP, "--json")))
+    required = {"trial_id", "status", "num_failures", "num_restore_failures",
+                "total_restore_failures", "num_preemptions", "last_error_type"}
+    assert all(required <= set(r) for r in rows.values())
+    given_up = rows["c_given_up"]
+    assert (given_up["status"], given_up["num_failures"], given_up["total_restore_failures"]) == (
+        "ERROR", 2, 3)
+    assert given_up["last_error_type"] == "RestoreError"
+    assert rows["b_preempted_scratch"]["num_preemptions"] == 1
+    assert rows["b_preempted_scratch"]["last_decision"] == "RESTART_FROM_SCRATCH"
+    assert rows["f_aborted"]["last_error_type"] == "AbortError"
+    assert {r["status"] for r in rows.values()} == {"TERMINATED", "ERROR"}
+
+
+def test_db_accepts_url_file_and_experiment_folder_and_env(
+    invoke: Callable[..., Run], experiment_dir: Path, fixture_db: Path
+) -> None:
+    outputs = {
+        invoke("--db", value, "trials", EXP, "--json").stdout
+        for value in (f"sqlite:///{fixture_db}", fixture_db, experiment_dir)
+    }
+    outputs.add(invoke("trials", EXP, "--json",
+                       env={"STATEMACHINE_DB_URL": str(experiment_dir)}).stdout)
+    assert len(outputs) == 1
+    assert "c_given_up" in outputs.pop()
+
+
+def test_trials_at_a_position_is_the_state_at_the_crash(
+    invoke: Callable[..., Run], fixture_db: Path
+) -> None:
+    lines = invoke("--db", fixture_db, "tail", EXP, "-n", "1000", "--json").stdout.splitlines()
+    events = [json.loads(line) for line in lines]
+    crash = max(e["position"] for e in events if e["epoch"] == 1)
+    rows = _by_trial(_json(invoke("--db", fixture_db, "trials", EXP, "--at", str(crash),
+                                  "--json")))
+    assert rows["c_given_up"]["status"] == "PENDING"
+    assert rows["c_given_up"]["num_restore_failures"] == 1
+    assert rows["e_stopped"]["status"] == "RUNNING"
+    # The same moment given as a time gives the same states.
+    at_time = next(e["recorded_at"] for e in events if e["position"] == crash)
+    by_time = _json(invoke("--db", fixture_db, "trials", EXP, "--at", at_time, "--json"))
+    assert _by_trial(by_time)["c_given_up"] == rows["c_given_up"]
+
+
+def test_trials_status_filter(invoke: Callable[..., Run], fixture_db: Path) -> None:
+    rows = _json(invoke("--db", fixture_db, "trials", EXP, "--status", "error", "--json"))
+    assert sorted(r["trial_id"] for r in rows) == ["c_given_up", "f_aborted"]
+
+
+def test_trials_table_for_people(invoke: Callable[..., Run], fixture_db: Path) -> None:
+    run = invoke("--db", fixture_db, "trials", EXP)
+    assert run.exit_code == 0
+    for trial in ("a_recovered", "b_preempted_scratch", "c_given_up", "f_aborted"):
+        assert trial in run.stdout
+    assert "GIVE_UP" in run.stdout and "RESTART_FROM_SCRATCH" in run.stdout
+
+
+def test_experiments_lists_sessions_with_crashed_and_clean_ends(
+    invoke: Callable[..., Run], fixture_db: Path
+) -> None:
+    rows = _json(invoke("--db", fixture_db, "experiments", "--json"))
+    fixture = next(r for r in rows if r["name"] == EXP)
+    assert [(s["epoch"], s["end"]) for s in fixture["sessions"]] == [(1, "crashed"), (2, "clean")]
+    assert fixture["status_counts"]["ERROR"] == 2
+    assert fixture["status_counts"]["TERMINATED"] == 4
+    assert fixture["first_event_at"] <= fixture["last_event_at"]
+    assert "1:crashed, 2:clean" in invoke("--db", fixture_db, "experiments").stdout
+
+
+def test_show_is_the_trial_timeline(invoke: Callable[..., Run], fixture_db: Path) -> None:
+    events = _json(invoke("--db", fixture_db, "show", EXP, "c_given_up", "--json"))["events"]
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    last = events[-1]
+    assert (last["error_type"], last["status_before"], last["status_after"], last["decision"]) == (
+        "RestoreError", "RESTORING", "ERROR", "GIVE_UP")
+    assert last["counters"] == {"failures": 2, "restore_failures": 2,
+                                "total_restore_failures": 3, "preemptions": 0}
+    assert {e["epoch"] for e in events} == {1, 2}
+
+
+def test_explain_numbers_restore_failures_across_the_crash(
+    invoke: Callable[..., Run], fixture_db: Path
+) -> None:
+    run = invoke("--db", fixture_db, "explain", EXP, "c_given_up")
+    assert run.exit_code == 0
+    text = " ".join(run.stdout.split())
+    assert "Trial c_given_up is ERROR: it gave up at seq 11" in text
+    assert "Restore failure # 1 (retry 1 of 2)" in text
+    assert "Restore failure # 2 (retry 2 of 2)" in text
+    assert "Restore failure # 3 (restore retries spent: 2 of 2)" in text
+    assert ("Decision GIVE_UP: the restore retries are spent and failure 2 exceeds "
+            "max_failures 1") in text
+    assert "The driver of epoch 1 crashed" in text
+    assert "Policy that applied: max_failures=1, restore_retry_num=2" in text
+    # Restore failure # 1 comes before the crash, # 2 after it.
+    assert text.index("Restore failure # 1") < text.index("crashed") < text.index(
+        "Restore failure # 2")
+
+
+def test_explain_restart_from_scratch_and_preemption(
+    invoke: Callable[..., Run], fixture_db: Path
+) -> None:
+    data = _json(invoke("--db", fixture_db, "explain", EXP, "b_preempted_scratch", "--json"))
+    texts = [s["text"] for s in data["steps"]]
+    assert any(t.startswith("Preemption # 1") and "not counted as a failure" in t for t in texts)
+    scratch = next(s for s in data["steps"] if s["decision"] == "RESTART_FROM_SCRATCH")
+    assert "Restore failure # 3 (restore retries spent: 2 of 2)" in scratch["text"]
+    assert data["status"] == "TERMINATED"
+    assert data["policy"]["on_restore_exhausted"] == "restart_from_scratch"
+
+
+def test_what_if_more_restore_retries_recovers_the_given_up_trial(
+    invoke: Callable[..., Run], fixture_db: Path
+) -> None:
+    data = _json(invoke("--db", fixture_db, "what-if", EXP, "--restore-retry-num", "3",
+                        "--json"))
+    row = _by_trial(data["trials"])["c_given_up"]
+    assert row["recorded"]["outcome"] == "errored"
+    assert row["recorded"]["status"] == "ERROR"
+    assert row["hypothetical"]["outcome"] == "recovered"
+    assert row["hypothetical"]["last_decision"] == "RETRY_RESTORE"
+    assert row["changed"] is True
+    run = invoke("--db", fixture_db, "what-if", EXP, "--restore-retry-num", "3")
+    assert "ERROR (errored" in run.stdout and "PENDING (recovered" in run.stdout
+
+
+def test_what_if_fewer_failures_errors_the_recovered_trial_and_cuts_its_events(
+    invoke: Callable[..., Run], fixture_db: Path
+) -> None:
+    data = _json(invoke("--db", fixture_db, "what-if", EXP, "--max-failures", "0", "--json"))
+    row = _by_trial(data["trials"])["a_recovered"]
+    assert row["recorded"]["outcome"] == "recovered"
+    assert row["recorded"]["status"] == "TERMINATED"
+    assert row["hypothetical"]["outcome"] == "errored"
+    assert row["hypothetical"]["status"] == "ERROR"
+    assert row["cut_at_seq"] == 6 and row["events_cut"] == 4
+    assert "would not have happened" in row["note"]
+    unchanged = _by_trial(data["trials"])["d_paused"]
+    assert unchanged["changed"] is False and unchanged["cut_at_seq"] is None
+
+
+def test_what_if_one_trial(invoke: Callable[..., Run], fixture_db: Path) -> None:
+    data = _json(invoke("--db", fixture_db, "what-if", EXP, "--max-failures", "-1",
+                        "--trial", "c_given_up", "--json"))
+    assert [r["trial_id"] for r in data["trials"]] == ["c_given_up"]
+
+
+def test_verify_passes_on_the_fixture(invoke: Callable[..., Run], fixture_db: Path) -> None:
+    run = invoke("--db", fixture_db, "verify")
+    assert run.exit_code == 0
+    assert "fixture_exp: OK" in run.stdout and "other_exp: OK" in run.stdout
+    assert invoke("--db", fixture_db, "verify", EXP).exit_code == 0
+
+
+def test_export_import_export_is_byte_identical(
+    invoke: Callable[..., Run], fixture_db: Path, tmp_path: Path
+) -> None:
+    first = invoke("--db", fixture_db, "export", EXP)
+    assert first.exit_code == 0
+    exported = tmp_path / "first.jsonl"
+    exported.write_text(first.stdout, encoding="utf-8")
+    target = tmp_path / "offline.db"
+    run = invoke("--db", target, "import", exported, "--json")
+    assert json.loads(run.stdout)["verified"] is True
+    second = invoke("--db", target, "export", EXP)
+    assert second.stdout.encode() == first.stdout.encode()
+    # And the copy answers like the original.
+    assert (invoke("--db", target, "trials", EXP, "--json").stdout
+            == invoke("--db", fixture_db, "trials", EXP, "--json").stdout)
+
+
+def test_import_under_another_name(
+    invoke: Callable[..., Run], fixture_db: Path, tmp_path: Path
+) -> None:
+    exported = tmp_path / "e.jsonl"
+    invoke("--db", fixture_db, "export", EXP, "-o", exported)
+    run = invoke("--db", fixture_db, "import", exported, "--as", "fixture_copy")
+    assert run.exit_code == 0, run.stderr
+    assert invoke("--db", fixture_db, "verify", "fixture_copy").exit_code == 0
+
+
+@pytest.mark.postgres
+def test_copy_a_postgres_log_into_sqlite(
+    invoke: Callable[..., Run], fixture_db: Path, tmp_path: Path, pg_url: str
+) -> None:
+    exported = tmp_path / "e.jsonl"
+    invoke("--db", fixture_db, "export", EXP, "-o", exported)
+    assert invoke("--db", pg_url, "import", exported).exit_code == 0
+    from_pg = invoke("--db", pg_url, "export", EXP)
+    assert from_pg.stdout == exported.read_text(encoding="utf-8")
+    local = tmp_path / "local.db"
+    pg_export = tmp_path / "pg.jsonl"
+    pg_export.write_text(from_pg.stdout, encoding="utf-8")
+    assert invoke("--db", local, "import", pg_export).exit_code == 0
+    assert invoke("--db", local, "export", EXP).stdout == from_pg.stdout
+    assert invoke("--db", pg_url, "verify").exit_code == 0
+
+
+def test_tail_prints_the_latest_events(invoke: Callable[..., Run], fixture_db: Path) -> None:
+    lines = invoke("--db", fixture_db, "tail", EXP, "-n", "3", "--json").stdout.splitlines()
+    assert len(lines) == 3
+    last = json.loads(lines[-1])
+    assert (last["trial_id"], last["event"], last["status_after"]) == (
+        "e_stopped", "TrialStopped", "TERMINATED")
+    text = invoke("--db", fixture_db, "tail", EXP, "-n", "2").stdout
+    assert "e_stopped" in text and "TrialStopped" in text
+
+
+def test_read_commands_write_nothing(
+    invoke: Callable[..., Run], experiment_dir: Path, tmp_path: Path
+) -> None:
+    before = folder_state(experiment_dir)
+    for args in (["experiments"], ["trials", EXP], ["trials", EXP, "--at", "10"],
+                 ["show", EXP, "c_given_up"], ["explain", EXP, "c_given_up"],
+                 ["what-if", EXP, "--max-failures", "3"], ["verify"], ["export", EXP],
+                 ["tail", EXP]):
+        assert invoke("--db", experiment_dir, *args).exit_code == 0, args
+    assert folder_state(experiment_dir) == before
