@@ -61,6 +61,7 @@ from statemachine.log import migrate
 from statemachine.log.engine import (
     DEFAULT_BUSY_TIMEOUT_MS,
     WRITER,
+    Prepared,
     describe,
     make_engine,
     sqlite_path,
@@ -137,7 +138,7 @@ class EventStore:
         self._writer: Connection | None = None
         self._experiment_ids: dict[str, int] = {}
         self._postgres = engine.dialect.name == "postgresql"
-        self._append_one = self._build_append_statement()
+        self._append_one = Prepared(self._build_append_statement(), engine.dialect)
 
     # ------------------------------------------------------------ opening and closing
 
@@ -376,13 +377,16 @@ class EventStore:
         """
         params = {name: bindparam(name, type_=events.c[name].type) for name in _INSERTED}
         expected = bindparam("expected_seq", type_=Integer())
-        last_seq = (
-            select(func.coalesce(func.max(events.c.seq), 0))
+        # coalesce outside the subquery: a bare max() is answered from the unique index
+        # (SQLite's min/max optimisation) instead of scanning the trial's rows.
+        last_seq = func.coalesce(
+            select(func.max(events.c.seq))
             .where(
                 events.c.experiment_id == params["experiment_id"],
                 events.c.trial_id == params["trial_id"],
             )
-            .scalar_subquery()
+            .scalar_subquery(),
+            0,
         )
         source = self._lock_experiment(
             select(*(params[name] for name in _INSERTED)).where(
@@ -454,8 +458,8 @@ class EventStore:
         with self._lock, translated("appending an event", self._url):
             try:
                 with self._write() as conn:
-                    position = conn.execute(
-                        self._append_one, {**row, "expected_seq": expected_seq}
+                    position = self._append_one.execute(
+                        conn, {**row, "expected_seq": expected_seq}
                     ).scalar()
                     if position is None:
                         return self._diagnose(conn, session, [row])[0]
