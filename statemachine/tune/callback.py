@@ -217,6 +217,7 @@ class EventLogCallback(Callback):
             return True
         return bool(trial.storage.experiment_dir_name == self.experiment)
 
+    @_never_raises
     def trial_failed(self, trial: Any, exc: BaseException | None, restoring: bool) -> None:
         """Record the typed failure and make Ray follow the fold's decision."""
         self._track(trial)
@@ -273,10 +274,12 @@ class EventLogCallback(Callback):
             reason="restore retries spent: restart_from_scratch",
         ))
 
+    @_never_raises
     def trial_restored(self, trial: Any) -> None:
         """The trial restored from its checkpoint."""
         self._record(trial, RestoreSucceeded())
 
+    @_never_raises
     def status_changed(self, trial: Any, old: str, new: str) -> None:
         """Record pauses, resumes, resets and stops (no callback hook exists for them)."""
         state = self._state(trial)
@@ -295,6 +298,7 @@ class EventLogCallback(Callback):
         elif new == _PENDING and state.status.is_terminal:
             self._record(trial, TrialReset(from_scratch=False))
 
+    @_never_raises
     def recover_decision(self, trial: Any) -> bool | None:
         """Our answer to ``should_recover`` after the failure just recorded."""
         return self._recover.pop(trial.trial_id, None)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from conftest import assert_log_matches_ray, ray_trials, stored_events
-from tune_trainables import Flaky
+from tune_trainables import Flaky, PauseOnce
 
 from statemachine.domain.policy import ExhaustionAction, RetryPolicy
 
@@ -24,7 +24,8 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
 def fit(tmp_path: Path, name: str, config: dict[str, Any], callback: Any, *,
-        max_failures: int, grid: list[dict[str, Any]] | None = None) -> Any:
+        max_failures: int, grid: list[dict[str, Any]] | None = None,
+        scheduler: Any = None) -> Any:
     """Run ``Flaky`` with ``config`` (or one trial per ``grid`` entry) and return the grid."""
     from ray import tune
 
@@ -34,6 +35,7 @@ def fit(tmp_path: Path, name: str, config: dict[str, Any], callback: Any, *,
     tuner = tune.Tuner(
         Flaky,
         param_space=param_space,
+        tune_config=tune.TuneConfig(scheduler=scheduler),
         run_config=tune.RunConfig(
             name=name,
             storage_path=str(tmp_path / "results"),
@@ -247,3 +249,60 @@ def test_callback_pickles_without_its_log(
     clone = pickle.loads(pickle.dumps(callback))
     assert clone.policy == policy and clone.url is None
     assert clone.events_recorded == 0 and clone._recorder is None
+
+
+def test_pause_and_resume_are_recorded(ray_cluster: None, tmp_path: Path, ctl: Path) -> None:
+    from statemachine.tune import EventLogCallback
+
+    callback = EventLogCallback()
+    grid = fit(tmp_path, "paused", {"ctl": str(ctl), "iters": 3}, callback, max_failures=0,
+               scheduler=PauseOnce(at=2))
+    trial = only_trial(grid)
+    assert (trial.status, trial.num_failures) == ("TERMINATED", 0)
+    url = db_url(tmp_path, "paused")
+    assert_log_matches_ray(url, "paused", grid)
+    types = [e.type_name for e in stored_events(url, "paused", trial.trial_id)]
+    paused = types.index("TrialPaused")
+    assert types[paused + 1: paused + 4] == ["TrialResumed", "TrialStarted", "RestoreSucceeded"]
+    assert types[-1] == "TrialCompleted" and "TrialStopped" not in types
+    assert callback.events_rejected == 0
+
+
+def postgres_url() -> str:
+    """The test PostgreSQL URL, or skip (fail under CI) when no server answers."""
+    import os
+
+    url = os.environ.get("STATEMACHINE_TEST_PG_URL",
+                         "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    try:
+        import psycopg
+
+        psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), connect_timeout=3).close()
+    except Exception as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL at {url} is unreachable under CI: {exc}")
+        pytest.skip(f"no PostgreSQL server reachable at {url}: {exc}")
+    return url
+
+
+@pytest.mark.postgres
+def test_store_url_from_the_environment_postgres(
+    ray_cluster: None, tmp_path: Path, ctl: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uuid
+
+    from statemachine.tune import EventLogCallback
+
+    url = postgres_url()
+    monkeypatch.setenv("STATEMACHINE_DB_URL", url)
+    monkeypatch.setenv("TUNE_RESTORE_RETRY_NUM", "1")
+    (ctl / "fail-restores").write_text("1")
+    name = f"pg-{uuid.uuid4().hex[:8]}"
+    callback = EventLogCallback()
+    grid = fit(tmp_path, name, {"ctl": str(ctl), "iters": 3, "fail_at": 2}, callback,
+               max_failures=1)
+    assert callback.store_url == url
+    assert not (tmp_path / "results" / name / "statemachine.db").exists()
+    assert ray_trials(grid) == {only_trial(grid).trial_id: ("TERMINATED", 1)}
+    states = assert_log_matches_ray(url, name, grid)
+    assert [s.total_restore_failures for s in states.values()] == [1]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ray import tune
+from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 
 def touch_once(path: Path) -> bool:
@@ -80,3 +81,18 @@ class Flaky(tune.Trainable):
         if fails < 0 or n <= fails:
             raise OSError(f"restore attempt {n} failed: storage unavailable")
         self.i = json.loads(Path(checkpoint_dir, "state.json").read_text())["i"]
+
+
+class PauseOnce(FIFOScheduler):
+    """FIFO, but pauses every trial once at iteration ``at`` (it resumes when chosen again)."""
+
+    def __init__(self, at: int = 2) -> None:
+        super().__init__()
+        self.at = at
+        self.paused: set[str] = set()
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
+        if result.get("training_iteration") == self.at and trial.trial_id not in self.paused:
+            self.paused.add(trial.trial_id)
+            return TrialScheduler.PAUSE
+        return TrialScheduler.CONTINUE
