@@ -219,6 +219,9 @@ class ExperimentLog:
             try:
                 if clean:
                     self.store.save_snapshots(self.session, self._states.values())
+            except BaseException:
+                clean = False  # e.g. fenced: the session did not end cleanly
+                raise
             finally:
                 self.store.end_session(self.session, clean=clean)
         finally:
