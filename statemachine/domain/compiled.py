@@ -70,7 +70,10 @@ def apply_compiled(
     if branches is not None:
         ed = _EventData(state, {"event": event, "policy": policy or state.policy})
         for conditions, effects, dest in branches:
-            if all(bool(func(ed)) == target for func, target in conditions):
+            for func, target in conditions:
+                if bool(func(ed)) is not target:
+                    break
+            else:
                 for effect in effects:
                     effect(ed)
                 if dest is not None:
@@ -78,13 +81,13 @@ def apply_compiled(
                 state.seq += 1
                 failed = isinstance(event, TrialFailed)
                 return TransitionRecord(
-                    trial_id=state.trial_id,
-                    event=event.type_name,
-                    status_before=before,
-                    status_after=state.status,
-                    decision=state.last_decision if failed else None,
-                    counters=state.counters,
-                    error=event.error if failed else None,
+                    state.trial_id,
+                    event.type_name,
+                    before,
+                    state.status,
+                    state.last_decision if failed else None,
+                    state.counters,
+                    event.error if failed else None,  # type: ignore[attr-defined]
                 )
     raise InvalidTransitionError(state.trial_id, before.value, event.type_name)
 

@@ -1,0 +1,421 @@
+"""Benchmark: what the trial state machine costs to build per trial and to fold per event.
+
+Two tables, every number a median over several rounds with the min and max beside it:
+
+1. Build cost per trial for 1k, 10k and 100k trials: our way (plain ``TrialState`` objects
+   driven by the one shared ``transitions.Machine``) beside the naive ways (a ``Machine`` per
+   trial; one ``Machine`` with ``add_model`` per trial). A naive way runs at a size only when
+   its projected time for one round is under ``--budget`` seconds; otherwise the row says so.
+2. Fold cost per event on a generated history of valid events: the ``transitions`` path, the
+   compiled table (``apply_compiled``, with records; ``fold_compiled``, without), and a
+   hand-written plain-dict transition table with the same guards, measured in the same run
+   as the baseline. The baseline lives only here; before timing, it is checked to reach the
+   very same final states as the fold, so it does the same work.
+
+Run: ``python -m benchmarks.fsm`` (from the repository root).
+"""
+
+from __future__ import annotations
+
+import gc
+import platform
+import random
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import click
+import transitions
+from rich.console import Console
+from rich.table import Table
+
+from statemachine.domain.compiled import apply_compiled, fold_compiled
+from statemachine.domain.events import (
+    CheckpointSaved,
+    CheckpointsDiscarded,
+    Event,
+    PolicySet,
+    RestoreSucceeded,
+    TrialAdded,
+    TrialCompleted,
+    TrialFailed,
+    TrialPaused,
+    TrialReset,
+    TrialResumed,
+    TrialStarted,
+    TrialStopped,
+)
+from statemachine.domain.failures import ActorError, RestoreError, TrainingError
+from statemachine.domain.machine import apply, fold, transition_table
+from statemachine.domain.policy import ExhaustionAction, RetryPolicy
+from statemachine.domain.state import CHECKPOINT_HISTORY, TrialState
+from statemachine.domain.status import Decision, Status
+
+SIZES = (1_000, 10_000, 100_000)
+
+
+@dataclass
+class Timing:
+    """Seconds per round (each round does ``units`` units of work)."""
+
+    rounds: list[float]
+    units: int
+
+    def per_unit_us(self) -> tuple[float, float, float]:
+        """(median, min, max) microseconds per unit."""
+        per = [r / self.units * 1e6 for r in self.rounds]
+        return statistics.median(per), min(per), max(per)
+
+
+def measure(work: Callable[[], Any], units: int, rounds: int) -> Timing:
+    """Time ``work`` ``rounds`` times (GC collected before, enabled during: as in real use)."""
+    times = []
+    for _ in range(rounds):
+        gc.collect()
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return Timing(times, units)
+
+
+# ---------------------------------------------------------------- build cost per trial
+
+
+class _Model:
+    """A bare trial object for the naive ways (``transitions`` attaches triggers to it)."""
+
+
+def build_shared(n: int) -> list[TrialState]:
+    """Our way: plain TrialState objects, each added through the one shared Machine."""
+    trials = [TrialState(f"t{i}") for i in range(n)]
+    added = TrialAdded()
+    for trial in trials:
+        apply(trial, added)
+    return trials
+
+
+def build_machine_per_trial(n: int) -> list[_Model]:
+    """Naive: a Machine per trial, then the same first event."""
+    models = []
+    table = transition_table()
+    for _ in range(n):
+        model = _Model()
+        transitions.Machine(model=model, states=Status, initial=Status.NEW, transitions=table,
+                            auto_transitions=False, send_event=True, model_attribute="status")
+        model.add(event=TrialAdded(), policy=None)  # type: ignore[attr-defined]
+        models.append(model)
+    return models
+
+
+def build_add_model(n: int) -> list[_Model]:
+    """Naive: one Machine, every trial registered with ``add_model``."""
+    machine = transitions.Machine(model=None, states=Status, initial=Status.NEW,
+                                  transitions=transition_table(), auto_transitions=False,
+                                  send_event=True, model_attribute="status")
+    models = []
+    for _ in range(n):
+        model = _Model()
+        machine.add_model(model)
+        model.add(event=TrialAdded(), policy=None)  # type: ignore[attr-defined]
+        models.append(model)
+    return models
+
+
+BUILDERS: list[tuple[str, Callable[[int], list[Any]], bool]] = [
+    ("shared Machine, plain TrialState (ours)", build_shared, False),
+    ("a Machine per trial (naive)", build_machine_per_trial, True),
+    ("one Machine + add_model (naive)", build_add_model, True),
+]
+
+
+# ---------------------------------------------------------------- a history to fold
+
+POLICY = RetryPolicy(max_failures=4, restore_retry_num=2, max_preemptions=6,
+                     on_restore_exhausted=ExhaustionAction.PREVIOUS_CHECKPOINT)
+
+
+def generate_history(trials: int, seed: int = 7) -> list[tuple[str, list[Event]]]:
+    """Valid event histories for ``trials`` trials, as a Tune run would record them."""
+    rng = random.Random(seed)
+    histories = []
+    for i in range(trials):
+        trial_id = f"trial_{i:05d}"
+        state = TrialState(trial_id)
+        events: list[Event] = [PolicySet(POLICY), TrialAdded({"lr": rng.random()})]
+        for event in events:
+            apply(state, event)
+        saved = 0
+        while not state.status.is_terminal and len(events) < 60:
+            status = state.status
+            if status is Status.PENDING:
+                event: Event = TrialStarted()
+            elif status is Status.PAUSED:
+                event = TrialResumed()
+            elif status is Status.RESTORING:
+                event = (RestoreSucceeded() if rng.random() < 0.6 else TrialFailed(
+                    RestoreError("builtins.OSError", "checkpoint unreadable")))
+            else:
+                roll = rng.random()
+                if roll < 0.45:
+                    saved += 1
+                    event = CheckpointSaved(f"checkpoint_{saved:06d}")
+                elif roll < 0.55:
+                    event = TrialPaused()
+                elif roll < 0.65:
+                    event = TrialFailed(TrainingError("builtins.ValueError", "nan loss"))
+                elif roll < 0.75:
+                    event = TrialFailed(ActorError("ray.exceptions.ActorDiedError", "died",
+                                                   preempted=rng.random() < 0.5))
+                elif roll < 0.97:
+                    continue  # a result, not a state change
+                else:
+                    event = TrialCompleted()
+            apply(state, event)
+            events.append(event)
+        histories.append((trial_id, events))
+    return histories
+
+
+# ---------------------------------------------------------------- the hand-written baseline
+
+
+def _within(policy: RetryPolicy, failures: int) -> bool:
+    return policy.max_failures < 0 or failures <= policy.max_failures
+
+
+def _b_start(s: TrialState, e: Any, p: RetryPolicy) -> None:
+    if e.restore_from is not None or s.checkpoints:
+        s.restoring_from = e.restore_from or (s.checkpoints[-1] if s.checkpoints else None)
+        s.status = Status.RESTORING
+    else:
+        s.status = Status.RUNNING
+
+
+def _b_restored(s: TrialState, e: Any, p: RetryPolicy) -> None:
+    s.restore_failures = 0
+    s.restoring_from = None
+    s.status = Status.RUNNING
+
+
+def _b_checkpoint(s: TrialState, e: Any, p: RetryPolicy) -> None:
+    kept = tuple(c for c in s.checkpoints if c != e.checkpoint)
+    s.checkpoints = (*kept, e.checkpoint)[-CHECKPOINT_HISTORY:]
+
+
+def _to(status: Status) -> Callable[[TrialState, Any, RetryPolicy], None]:
+    def handler(s: TrialState, e: Any, p: RetryPolicy) -> None:
+        s.status = status
+    return handler
+
+
+def _b_set_policy(s: TrialState, e: Any, p: RetryPolicy) -> None:
+    s.policy = e.policy
+
+
+def _b_discard(s: TrialState, e: Any, p: RetryPolicy) -> None:
+    gone = set(e.checkpoints)
+    s.checkpoints = tuple(c for c in s.checkpoints if c not in gone)
+
+
+def _b_reset(s: TrialState, e: Any, p: RetryPolicy) -> None:
+    if e.from_scratch:
+        s.checkpoints = ()
+        s.failures = 0
+        s.preemptions = 0
+    s.restore_failures = 0
+    s.restoring_from = None
+    s.status = Status.PENDING
+
+
+def _b_fail_restoring(s: TrialState, e: Any, p: RetryPolicy) -> None:
+    err = e.error
+    s.last_error = err
+    if not err.retryable or p.is_fatal(err.cause_type):
+        s.failures += 1
+        s.last_decision, s.status = Decision.GIVE_UP, Status.ERROR
+        return
+    if s.restore_failures < p.restore_retry_num:
+        s.restore_failures += 1
+        s.total_restore_failures += 1
+        if _within(p, s.failures):
+            s.last_decision, s.status = Decision.RETRY_RESTORE, Status.PENDING
+        else:
+            s.last_decision, s.status = Decision.GIVE_UP, Status.ERROR
+        return
+    s.failures += 1
+    s.total_restore_failures += 1
+    if not _within(p, s.failures):
+        s.last_decision, s.status = Decision.GIVE_UP, Status.ERROR
+        return
+    s.status = Status.PENDING
+    action = p.on_restore_exhausted
+    if action is ExhaustionAction.RETRY_CHECKPOINT:
+        s.last_decision = Decision.RECOVER
+        return
+    current = s.restoring_from or (s.checkpoints[-1] if s.checkpoints else None)
+    known = current in s.checkpoints
+    older = s.checkpoints.index(current) > 0 if known else bool(s.checkpoints)
+    if action is ExhaustionAction.PREVIOUS_CHECKPOINT and older:
+        if known:
+            s.checkpoints = s.checkpoints[: s.checkpoints.index(current)]
+        s.last_decision = Decision.PREVIOUS_CHECKPOINT
+    else:
+        s.checkpoints = ()
+        s.last_decision = Decision.RESTART_FROM_SCRATCH
+    s.restore_failures = 0
+    s.restoring_from = None
+
+
+def _b_fail_active(s: TrialState, e: Any, p: RetryPolicy) -> None:
+    err = e.error
+    s.last_error = err
+    if not err.retryable or p.is_fatal(err.cause_type):
+        s.failures += 1
+        s.last_decision, s.status = Decision.GIVE_UP, Status.ERROR
+        return
+    if isinstance(err, ActorError) and err.preempted and not p.count_preemption_as_failure:
+        s.preemptions += 1
+        limit = p.max_preemptions
+        if (limit is None or s.preemptions <= limit) and _within(p, s.failures):
+            s.last_decision, s.status = Decision.RECOVER_PREEMPTED, Status.PENDING
+        else:
+            s.last_decision, s.status = Decision.GIVE_UP, Status.ERROR
+        return
+    s.failures += 1
+    if _within(p, s.failures):
+        s.last_decision, s.status = Decision.RECOVER, Status.PENDING
+    else:
+        s.last_decision, s.status = Decision.GIVE_UP, Status.ERROR
+
+
+_LIVE = (Status.PENDING, Status.RUNNING, Status.PAUSED, Status.RESTORING)
+BASELINE: dict[tuple[str, Status], Callable[[TrialState, Any, RetryPolicy], None]] = {
+    ("add", Status.NEW): _to(Status.PENDING),
+    ("start", Status.PENDING): _b_start,
+    ("restored", Status.RESTORING): _b_restored,
+    **{("checkpoint", s): _b_checkpoint for s in (*_LIVE, Status.TERMINATED)},
+    ("pause", Status.RUNNING): _to(Status.PAUSED),
+    ("resume", Status.PAUSED): _to(Status.PENDING),
+    ("complete", Status.RUNNING): _to(Status.TERMINATED),
+    **{("stop", s): _to(Status.TERMINATED) for s in _LIVE},
+    **{("reset", s): _b_reset for s in (Status.TERMINATED, Status.ERROR)},
+    **{("discard_checkpoints", s): _b_discard for s in Status},
+    **{("set_policy", s): _b_set_policy for s in Status},
+    ("fail", Status.RESTORING): _b_fail_restoring,
+    **{("fail", s): _b_fail_active for s in (Status.PENDING, Status.RUNNING, Status.PAUSED)},
+}
+# Every trigger the baseline knows is an event type the domain has.
+assert {t for t, _ in BASELINE} == {c.trigger for c in (
+    TrialAdded, TrialStarted, RestoreSucceeded, CheckpointSaved, TrialPaused, TrialResumed,
+    TrialCompleted, TrialStopped, TrialReset, CheckpointsDiscarded, PolicySet, TrialFailed)}
+
+
+def fold_baseline(trial_id: str, events: Iterable[Event]) -> TrialState:
+    """Fold through the hand-written dict table."""
+    state = TrialState(trial_id)
+    table = BASELINE
+    for event in events:
+        handler = table.get((event.trigger, state.status))
+        if handler is None:
+            raise ValueError(f"invalid {event.type_name} in {state.status}")
+        handler(state, event, state.policy)
+        state.seq += 1
+    return state
+
+
+# ---------------------------------------------------------------- the run
+
+
+def _fmt(us: tuple[float, float, float]) -> tuple[str, str]:
+    median, low, high = us
+    return f"{median:,.2f}", f"{low:,.2f} - {high:,.2f}"
+
+
+@click.command()
+@click.option("--rounds", default=5, show_default=True, help="Rounds per measurement.")
+@click.option("--budget", default=15.0, show_default=True,
+              help="Seconds one round of a naive build may be projected to take.")
+@click.option("--trials", default=2_000, show_default=True, help="Trials in the fold history.")
+def main(rounds: int, budget: float, trials: int) -> None:
+    """Print the build-cost and fold-cost tables."""
+    console = Console(width=130)
+    console.print(f"Python {platform.python_version()}, transitions {transitions.__version__}, "
+                  f"{platform.machine()}; medians of {rounds} rounds (min - max)")
+
+    build = Table(title="Build cost per trial (us): create the trial and fold TrialAdded")
+    for column in ("way", "trials", "us/trial", "min - max", "vs ours", "vs its 1k"):
+        build.add_column(column, justify="left" if column == "way" else "right")
+    ours: dict[int, float] = {}
+    for name, builder, naive in BUILDERS:
+        first: float | None = None
+        last_per: float | None = None
+        growth = 1.5  # per-trial cost growth to the next size, until two sizes are measured
+        for n in SIZES:
+            projected = (last_per or 0.0) * growth * n * 1e-6
+            if naive and last_per is not None and projected > budget:
+                build.add_row(name, f"{n:,}", "skipped", f"projected {projected:,.0f} s/round",
+                              "", "")
+                continue
+            timing = measure(lambda builder=builder, n=n: builder(n), n,
+                             rounds if not naive else max(1, min(rounds, 3)))
+            median, low, high = timing.per_unit_us()
+            if not naive:
+                ours[n] = median
+            first = first or median
+            build.add_row(name, f"{n:,}", f"{median:,.2f}", f"{low:,.2f} - {high:,.2f}",
+                          f"{median / ours[n]:.1f}x", f"{median / first:.2f}x")
+            if last_per is not None:
+                growth = max(1.0, median / last_per)
+            last_per = median
+    console.print(build)
+    linear = ours[SIZES[-1]] / ours[SIZES[0]]
+    console.print(f"ours: per-trial cost at {SIZES[-1]:,} is {linear:.2f}x that at "
+                  f"{SIZES[0]:,} (target: within 1.5x) -> {'OK' if linear <= 1.5 else 'NOT OK'}")
+
+    histories = generate_history(trials)
+    count = sum(len(events) for _, events in histories)
+    for trial_id, events in histories:  # the baseline must do the same work
+        expected = fold(trial_id, events)[0]
+        assert fold_baseline(trial_id, events) == expected, trial_id
+        assert fold_compiled(trial_id, events) == expected, trial_id
+
+    def run_transitions() -> None:
+        for trial_id, events in histories:
+            fold(trial_id, events)
+
+    def run_apply_compiled() -> None:
+        for trial_id, events in histories:
+            state = TrialState(trial_id)
+            for event in events:
+                apply_compiled(state, event)
+
+    def run_fold_compiled() -> None:
+        for trial_id, events in histories:
+            fold_compiled(trial_id, events)
+
+    def run_baseline() -> None:
+        for trial_id, events in histories:
+            fold_baseline(trial_id, events)
+
+    paths = [
+        ("plain dict table, hand-written (baseline)", run_baseline),
+        ("transitions Machine: fold (records)", run_transitions),
+        ("compiled table: apply_compiled (records)", run_apply_compiled),
+        ("compiled table: fold_compiled (no records)", run_fold_compiled),
+    ]
+    fold_table = Table(title=f"Fold cost per event (us): {trials:,} trials, {count:,} events")
+    for column in ("path", "us/event", "min - max", "vs baseline"):
+        fold_table.add_column(column, justify="left" if column == "path" else "right")
+    baseline = None
+    for name, work in paths:
+        median, low, high = measure(work, count, rounds).per_unit_us()
+        baseline = baseline or median
+        fold_table.add_row(name, f"{median:,.2f}", f"{low:,.2f} - {high:,.2f}",
+                           f"{median / baseline:.1f}x")
+    console.print(fold_table)
+
+
+if __name__ == "__main__":
+    main()
