@@ -1,0 +1,158 @@
+"""The error seam on real ``ray.tune.experiment.Trial`` objects, with a real SQLite log.
+
+These drive Ray's own ``Trial.handle_error``/``should_recover`` (wrapped by the seam) with
+Ray's own exception types, without a Tune run: cases a short real run cannot produce on one
+machine (a preempted node) or needs exact control of (the checkpoint a restored trial has).
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import replay
+
+from statemachine.domain.policy import RetryPolicy
+from statemachine.domain.status import Status
+
+pytestmark = [pytest.mark.ray]
+
+
+def make_trial(tmp_path: Path, experiment: str, *, like: Any = None,
+               max_failures: int = 3) -> Any:
+    """A real Tune trial of ``experiment`` stored under ``tmp_path``.
+
+    ``like``: the trial as Tune restores it after a driver restart (same id and folder).
+    """
+    from ray.train._internal.storage import StorageContext
+    from ray.tune.experiment import Trial
+
+    storage = StorageContext(storage_path=str(tmp_path / "results"),
+                             experiment_dir_name=experiment)
+    trial = Trial("__fake", stub=True, storage=storage, max_failures=max_failures,
+                  trial_id=like.trial_id if like is not None else None)
+    if like is not None:
+        trial.relative_logdir = like.relative_logdir
+        trial.storage.trial_dir_name = like.storage.trial_dir_name
+    trial.init_local_path()
+    return trial
+
+
+def add_checkpoint(trial: Any, name: str) -> str:
+    """Register a checkpoint folder with the trial, as Tune does after a save."""
+    from ray.train import Checkpoint
+    from ray.train._internal.session import _TrainingResult
+
+    path = Path(trial.storage.trial_fs_path, name)
+    path.mkdir(parents=True, exist_ok=True)
+    trial.run_metadata.checkpoint_manager.register_checkpoint(
+        _TrainingResult(checkpoint=Checkpoint(path=str(path)), metrics={}))
+    return str(path)
+
+
+def start(callback: Any, trial: Any) -> None:
+    """What Tune does when an actor starts: the hook, then the restore when it has one."""
+    callback.on_trial_start(iteration=0, trials=[trial], trial=trial)
+    trial.temporary_state.restoring_from = trial.latest_checkpoint_result
+
+
+def test_install_is_idempotent(ray_cluster: None) -> None:
+    from ray.tune.experiment import Trial
+
+    from statemachine.tune import seam
+
+    seam.install()
+    first = Trial.__dict__["handle_error"]
+    seam.install()
+    assert Trial.__dict__["handle_error"] is first
+    assert seam.installed()
+    assert not getattr(first.__wrapped__, "__statemachine_seam__", False)
+
+
+def test_preemption_budget_overrides_ray(ray_cluster: None, tmp_path: Path) -> None:
+    from ray.exceptions import RayActorError
+
+    from statemachine.tune import EventLogCallback
+
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    callback = EventLogCallback(url=url, policy=RetryPolicy(max_failures=3, max_preemptions=1))
+    callback.setup()
+    trial = make_trial(tmp_path, "preempt")
+    callback.on_step_begin(iteration=0, trials=[trial])
+    try:
+        start(callback, trial)
+        trial.handle_error(RayActorError(preempted=True))
+        assert (trial.num_failures, trial.should_recover()) == (0, True)
+        start(callback, trial)
+        trial.handle_error(RayActorError(preempted=True))
+        # Ray alone would recover (0 <= max_failures=3); the preemption budget is spent.
+        assert type(trial).should_recover.__wrapped__(trial) is True
+        assert (trial.num_failures, trial.should_recover()) == (0, False)
+    finally:
+        callback.on_experiment_end(trials=[trial])
+    (state,) = replay(url, "preempt").values()
+    assert (state.status, state.failures, state.preemptions) == (Status.ERROR, 0, 2)
+    text = Path(trial.error_file).read_text()
+    assert "[ActorError; decision RECOVER_PREEMPTED]" in text
+    assert "[ActorError; decision GIVE_UP]" in text
+
+
+def test_restore_counter_comes_back_only_for_the_same_checkpoint(
+    ray_cluster: None, tmp_path: Path
+) -> None:
+    from statemachine.tune import EventLogCallback, seam
+
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    first = EventLogCallback(url=url, policy=RetryPolicy(max_failures=3, restore_retry_num=2))
+    first.setup()
+    same, other = make_trial(tmp_path, "budget"), make_trial(tmp_path, "budget")
+    first.on_step_begin(iteration=0, trials=[same, other])
+    for trial in (same, other):
+        start(first, trial)
+        checkpoint = add_checkpoint(trial, "checkpoint_000000")
+        first.on_checkpoint(iteration=0, trials=[], trial=trial,
+                            checkpoint=trial.latest_checkpoint_result.checkpoint)
+        trial.handle_error(RuntimeError("training failed"))
+        for _ in range(2):
+            start(first, trial)
+            trial.handle_error(OSError(f"cannot read {checkpoint}"))
+        assert (trial.num_failures, trial.temporary_state.num_restore_failures) == (1, 2)
+    # The driver dies here: no on_experiment_end. A new driver unpickles the callback.
+    seam.remove_listener(first)
+    second = pickle.loads(pickle.dumps(first))
+    second.setup()
+    restored_same = make_trial(tmp_path, "budget", like=same)
+    restored_other = make_trial(tmp_path, "budget", like=other)
+    add_checkpoint(restored_same, "checkpoint_000000")
+    add_checkpoint(restored_other, "checkpoint_000000")
+    add_checkpoint(restored_other, "checkpoint_000001")  # Ray knows a newer one
+    try:
+        second.on_step_begin(iteration=0, trials=[restored_same, restored_other])
+        assert restored_same.num_failures == restored_other.num_failures == 1
+        assert restored_same.temporary_state.num_restore_failures == 2
+        assert restored_other.temporary_state.num_restore_failures == 0
+        # The spent budget stays spent: the next restore failure counts at once.
+        start(second, restored_same)
+        restored_same.handle_error(OSError("still unreadable"))
+        assert restored_same.num_failures == 2
+    finally:
+        second.on_experiment_end(trials=[restored_same, restored_other])
+    states = replay(url, "budget")
+    assert states[same.trial_id].failures == 2
+    assert states[same.trial_id].total_restore_failures == 3
+
+
+def test_a_failing_hook_never_raises_into_tune(ray_cluster: None, tmp_path: Path) -> None:
+    from statemachine.tune import EventLogCallback
+
+    callback = EventLogCallback(url=f"sqlite:///{tmp_path / 'log.db'}")
+    callback.setup()
+    try:
+        assert callback.on_trial_start(iteration=0, trials=[], trial=None) is None
+        assert callback.on_checkpoint(iteration=0, trials=[], trial=object(),
+                                      checkpoint=None) is None
+        assert callback.hook_errors == 2
+    finally:
+        callback.on_experiment_end(trials=[])
