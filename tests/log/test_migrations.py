@@ -1,0 +1,193 @@
+"""Schema versions: Alembic from the checkout and on open, checks, refusals, the wheel."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import create_engine, inspect, text
+
+from statemachine.exceptions import NotAnEventLogError, SchemaVersionError, StoreNotFoundError
+from statemachine.log import EventStore
+from statemachine.log.migrate import current_revision, head_revision
+from statemachine.log.schema import TABLE_NAMES, metadata
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def alembic(*args: str, url: str) -> subprocess.CompletedProcess[str]:
+    """Run the alembic command line from the repository root, as a developer would."""
+    env = {**os.environ, "STATEMACHINE_DB_URL": url}
+    return subprocess.run(
+        [sys.executable, "-m", "alembic", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+class MigrationContract:
+    """Migration behaviour on one backend; subclasses provide ``url``."""
+
+    @pytest.fixture
+    def url(self) -> str:
+        raise NotImplementedError
+
+    def test_alembic_upgrade_head_from_the_checkout(self, url: str) -> None:
+        done = alembic("upgrade", "head", url=url)
+        assert done.returncode == 0, done.stderr
+        engine = create_engine(url)
+        assert current_revision(engine) == head_revision()
+        assert set(TABLE_NAMES) <= set(inspect(engine).get_table_names())
+        engine.dispose()
+        with EventStore.open(url, create=False) as store:
+            assert store.list_experiments() == []
+
+    def test_x_url_argument_works_too(self, url: str) -> None:
+        env_free = {k: v for k, v in os.environ.items() if k != "STATEMACHINE_DB_URL"}
+        done = subprocess.run(
+            [sys.executable, "-m", "alembic", "-x", f"url={url}", "upgrade", "head"],
+            cwd=REPO, env=env_free, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert current_revision(create_engine(url)) == head_revision()
+
+    def test_schema_after_migrations_equals_the_models(self, url: str) -> None:
+        EventStore.open(url).close()
+        engine = create_engine(url)
+        with engine.connect() as conn:
+            context = MigrationContext.configure(conn, opts={"compare_type": True})
+            assert compare_metadata(context, metadata) == []
+        engine.dispose()
+        check = alembic("check", url=url)
+        assert check.returncode == 0, check.stdout + check.stderr
+        assert "No new upgrade operations detected" in check.stdout + check.stderr
+
+    def test_database_newer_than_the_code_is_refused_and_left_alone(self, url: str) -> None:
+        EventStore.open(url).close()
+        engine = create_engine(url)
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE alembic_version SET version_num = 'f00dfeed0099'"))
+        for create in (True, False):
+            with pytest.raises(SchemaVersionError) as refused:
+                EventStore.open(url, create=create)
+            message = str(refused.value)
+            assert "f00dfeed0099" in message and head_revision() in message
+            assert "newer" in message and "upgrade statemachine" in message
+            assert refused.value.database_revision == "f00dfeed0099"
+            assert refused.value.code_revision == head_revision()
+        assert current_revision(engine) == "f00dfeed0099"
+        engine.dispose()
+
+    def test_read_only_open_of_an_empty_database_creates_nothing(self, url: str) -> None:
+        engine = create_engine(url)
+        engine.connect().close()  # an empty database (SQLite: an empty file)
+        with pytest.raises(NotAnEventLogError, match="not a statemachine event log"):
+            EventStore.open(url, create=False)
+        assert not set(inspect(engine).get_table_names()) & {*TABLE_NAMES, "alembic_version"}
+        engine.dispose()
+
+    def test_tables_without_a_version_stamp_are_not_taken_over(self, url: str) -> None:
+        engine = create_engine(url)
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE events (id INTEGER PRIMARY KEY)"))
+        with pytest.raises(NotAnEventLogError, match="no schema version"):
+            EventStore.open(url)
+        assert current_revision(engine) is None
+        engine.dispose()
+
+
+class TestSQLiteMigrations(MigrationContract):
+    @pytest.fixture
+    def url(self, sqlite_url: str) -> str:
+        return sqlite_url
+
+    def test_read_only_open_of_a_missing_file_creates_nothing(self, tmp_path: Path) -> None:
+        missing = tmp_path / "nothing" / "here.db"
+        with pytest.raises(StoreNotFoundError, match="does not exist"):
+            EventStore.open(missing, create=False)
+        assert not missing.exists() and not missing.parent.exists()
+
+    def test_bare_path_is_a_sqlite_file(self, tmp_path: Path) -> None:
+        path = tmp_path / "sub" / "exp.db"
+        EventStore.open(path).close()
+        with EventStore.open(str(path), create=False) as store:
+            assert store.dialect == "sqlite"
+
+    def test_sqlite_settings_keep_data(self, sqlite_url: str) -> None:
+        with EventStore.open(sqlite_url) as store, store.engine.connect() as conn:
+            pragma = {
+                name: conn.exec_driver_sql(f"PRAGMA {name}").scalar()
+                for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")
+            }
+        assert pragma == {
+            "journal_mode": "wal", "synchronous": 2, "foreign_keys": 1, "busy_timeout": 10_000
+        }  # fmt: skip
+        with EventStore.open(sqlite_url, sqlite_synchronous="normal") as store:
+            with store.engine.connect() as conn:
+                assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1
+
+
+@pytest.mark.postgres
+class TestPostgresMigrations(MigrationContract):
+    @pytest.fixture
+    def url(self, pg_url: str) -> str:
+        return pg_url
+
+    def test_unknown_database_is_not_found(self, pg_server_url: str) -> None:
+        url = pg_server_url.rsplit("/", 1)[0] + "/statemachine_no_such_db"
+        with pytest.raises(StoreNotFoundError, match="does not exist"):
+            EventStore.open(url, create=False)
+
+
+@pytest.mark.slow
+def test_wheel_installed_in_a_fresh_virtualenv_opens_a_new_store(tmp_path: Path) -> None:
+    """Build the wheel, install it (not editable) in a new venv, open and migrate a store."""
+    dist = tmp_path / "dist"
+    build = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(dist), str(REPO)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    [wheel] = dist.glob("*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", str(wheel)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
+    script = textwrap.dedent(
+        """
+        import sys
+        import statemachine
+        from statemachine import RetryPolicy, TrialAdded
+        from statemachine.log import EventStore, ExperimentLog
+        from statemachine.log.migrate import current_revision, head_revision, script_location
+
+        assert sys.prefix != sys.base_prefix
+        assert statemachine.__file__.startswith(sys.prefix), statemachine.__file__
+        assert str(script_location()).startswith(sys.prefix), script_location()
+        with ExperimentLog.open(sys.argv[1], "exp", RetryPolicy(max_failures=1)) as log:
+            log.record("t1", TrialAdded())
+        with EventStore.open(sys.argv[1], create=False) as store:
+            assert current_revision(store.engine) == head_revision()
+            print(store.list_trials("exp"), head_revision())
+        """
+    )
+    run = subprocess.run(
+        [str(python), "-c", script, str(tmp_path / "new.db")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == f"['t1'] {head_revision()}"
