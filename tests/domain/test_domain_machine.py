@@ -3,6 +3,8 @@ preemption, fatal errors, invalid transitions and the determinism of the fold.""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from domain_strategies import (
     PROPERTY,
@@ -507,7 +509,11 @@ def test_fold_is_deterministic_and_resumable(
     tail, tail_records = fold("t1", events[cut:], p, state=head)
     assert head.to_dict() == head_copy
     assert tail == first and head_records + tail_records == records
-    assert TrialState.from_dict(first.to_dict()) == first
+    assert TrialState.from_dict(json.loads(json.dumps(first.to_dict()))) == first
+    for record in records:
+        data = json.loads(json.dumps(record.to_dict()))
+        assert data["status_after"] == record.status_after.value
+        assert data["counters"]["failures"] == record.counters.failures
     for before, record in zip([None, *records], records, strict=False):
         if before is not None:
             assert record.status_before is before.status_after
