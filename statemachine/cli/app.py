@@ -90,6 +90,7 @@ def cli(ctx: click.Context, db: str | None) -> None:
 
 
 def _register() -> None:
+    from statemachine.cli import demo
     from statemachine.cli.commands import (
         diagram,
         experiments,
@@ -115,6 +116,7 @@ def _register() -> None:
         verify.verify,
         transfer.export,
         transfer.import_,
+        demo.demo,
     ):
         cli.add_command(command)
 

@@ -91,6 +91,13 @@ def _budget(failures: int, policy: RetryPolicy) -> str:
     return f"failure {failures} of max_failures {policy.max_failures}"
 
 
+def _checkpoint(name: str | None) -> str:
+    """A checkpoint as people read it: its last path component (``show`` has the full path)."""
+    if not name:
+        return "scratch"
+    return name.rstrip("/").rsplit("/", 1)[-1]
+
+
 def _cause(event: TrialFailed) -> str:
     error = event.error
     message = f": {error.message}" if error.message else ""
@@ -155,13 +162,13 @@ class _Narrator:
             return f"Policy in force from here: {describe_policy(event.policy)}."
         if isinstance(event, TrialStarted):
             if state.status is Status.RESTORING:
-                return f"Started, restoring from checkpoint {state.restoring_from}."
+                return f"Started, restoring from {_checkpoint(state.restoring_from)}."
             return "Started from scratch (no checkpoint)."
         if isinstance(event, RestoreSucceeded):
             self.restore_ordinal = 0
             return "Restored from its checkpoint; the restore retry counter goes back to 0."
         if isinstance(event, CheckpointSaved):
-            return f"Saved checkpoint {event.checkpoint}."
+            return f"Saved {_checkpoint(event.checkpoint)}."
         if isinstance(event, TrialPaused):
             return "Paused by the scheduler."
         if isinstance(event, TrialResumed):
@@ -173,7 +180,7 @@ class _Narrator:
             return f"Stopped{reason}."
         if isinstance(event, CheckpointsDiscarded):
             deleted = ", folders deleted" if event.deleted else ""
-            names = ", ".join(event.checkpoints) or "none"
+            names = ", ".join(_checkpoint(c) for c in event.checkpoints) or "none"
             reason = f" ({event.reason})" if event.reason else ""
             return f"Checkpoints discarded{reason}: {names}{deleted}."
         if isinstance(event, TrialReset):
@@ -209,15 +216,15 @@ class _Narrator:
         else:
             head = f"Training failure: {_cause(event)}."
         if decision is Decision.RETRY_RESTORE:
-            tail = (f"Decision RETRY_RESTORE: restore again from {checkpoint}; not counted as a "
-                    f"failure (failures stay at {state.failures}).")
+            tail = (f"Decision RETRY_RESTORE: restore again from {_checkpoint(checkpoint)}; "
+                    f"not counted as a failure (failures stay at {state.failures}).")
         elif decision is Decision.RECOVER_PREEMPTED:
             tail = ("Decision RECOVER_PREEMPTED: not counted as a failure (preemptions "
                     f"{state.preemptions}); start again from "
-                    f"{state.latest_checkpoint or 'scratch'}.")
+                    f"{_checkpoint(state.latest_checkpoint)}.")
         elif decision is Decision.RECOVER:
             tail = (f"Decision RECOVER: counted as {_budget(state.failures, policy)}; start "
-                    f"again from {state.latest_checkpoint or 'scratch'}.")
+                    f"again from {_checkpoint(state.latest_checkpoint)}.")
         elif decision is Decision.RESTART_FROM_SCRATCH:
             self.restore_ordinal = 0
             tail = (f"Decision RESTART_FROM_SCRATCH: counted as "
@@ -227,7 +234,7 @@ class _Narrator:
             self.restore_ordinal = 0
             tail = (f"Decision PREVIOUS_CHECKPOINT: counted as "
                     f"{_budget(state.failures, policy)}; fall back to "
-                    f"{state.latest_checkpoint or 'scratch'}.")
+                    f"{_checkpoint(state.latest_checkpoint)}.")
         elif decision is Decision.GIVE_UP:
             if fatal:
                 why = "the failure is not retryable"

@@ -1,0 +1,190 @@
+"""``trial-replay demo``: a small real Ray Tune experiment with injected restore failures and
+a driver crash and resume, then what ``trials`` and ``explain`` make of it.
+
+Two trials run on an embedded SQLite log (``statemachine.db`` in the experiment folder,
+written by :class:`statemachine.tune.EventLogCallback`): ``restore_flaky`` fails in training,
+then every restore of its checkpoint fails; ``recovers`` fails in training, its first restore
+fails, the second works. The first driver process is killed while ``restore_flaky``'s second
+restore attempt hangs (a crash: its session never ends); a second driver continues with
+``Tuner.restore``. The log kept the restore retry already spent, so the trial gives up after
+``TUNE_RESTORE_RETRY_NUM=2`` retries in all, where plain Ray would grant two more.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from statemachine.cli.db import DEFAULT_LOG_FILENAME, BadInput, open_store
+from statemachine.cli.explain import describe_policy, explain_trial
+from statemachine.cli.output import Output, json_option
+from statemachine.cli.reading import decode_trial, fold_states, session_ends
+from statemachine.cli.schema import trial_row
+
+NAME = "demo"
+RESTORE_RETRY_NUM = 2
+#: Per-step time limits (seconds): generous for a loaded 2-core machine.
+WAIT_FOR_CRASH_POINT = 90.0
+WAIT_FOR_RESTORE = 120.0
+
+
+class DemoError(click.ClickException):
+    """The demo could not run (Ray missing, a driver failed): one line, exit 1."""
+
+    exit_code = 1
+
+
+def _driver_env() -> dict[str, str]:
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = {k: v for k, v in os.environ.items() if k != "STATEMACHINE_DB_URL"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    env.update({"TUNE_RESTORE_RETRY_NUM": str(RESTORE_RETRY_NUM),
+                "TUNE_GLOBAL_CHECKPOINT_S": "0", "RAY_DEDUP_LOGS": "0",
+                "RAY_AIR_NEW_OUTPUT": "0", "PYTHONUNBUFFERED": "1"})
+    return env
+
+
+def _start(mode: str, storage: Path, ctl: Path, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "statemachine.cli.demo_driver", mode, str(storage), NAME,
+             str(ctl)],
+            stdout=out, stderr=subprocess.STDOUT, env=_driver_env(), start_new_session=True,
+        )
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the driver and everything it started (its own process group)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)
+
+
+def _tail(log: Path) -> str:
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return " | ".join(text.strip().splitlines()[-3:])
+
+
+def run_experiment(workdir: Path, say: Any) -> dict[str, Any]:
+    """Run both drivers; return where the experiment and its log are."""
+    from statemachine.cli.demo_trainable import restore_attempts
+
+    storage, ctl, log = workdir / "results", workdir / "ctl", workdir / "driver.log"
+    ctl.mkdir(parents=True, exist_ok=True)
+    (ctl / "fail-restores-restore_flaky").write_text("-1")
+    (ctl / "fail-restores-recovers").write_text("1")
+    (ctl / "hang-restore-restore_flaky").write_text("2")
+    started = time.monotonic()
+    say(f"Driver 1: Tuner.fit() of 2 trials with EventLogCallback, max_failures=1, "
+        f"TUNE_RESTORE_RETRY_NUM={RESTORE_RETRY_NUM} (Ray output: {log})")
+    first = _start("fit", storage, ctl, log)
+    try:
+        deadline = time.monotonic() + WAIT_FOR_CRASH_POINT
+        while restore_attempts(ctl, "restore_flaky") < 2:
+            if first.poll() is not None:
+                raise DemoError(f"driver 1 ended early (exit {first.returncode}): {_tail(log)}")
+            if time.monotonic() > deadline:
+                raise DemoError(f"driver 1 never reached the crash point: {_tail(log)}")
+            time.sleep(0.2)
+        time.sleep(1.0)  # let Tune save its experiment state as it would before a crash
+    finally:
+        _kill(first)
+    (ctl / "hang-restore-restore_flaky").unlink()
+    say(f"Driver 1 killed with SIGKILL during restore attempt 2 of restore_flaky "
+        f"({time.monotonic() - started:.0f} s in)")
+    say("Driver 2: Tuner.restore() of the same experiment")
+    second = _start("restore", storage, ctl, log)
+    try:
+        code = second.wait(timeout=WAIT_FOR_RESTORE)
+    except subprocess.TimeoutExpired:
+        raise DemoError(f"driver 2 did not finish in {WAIT_FOR_RESTORE:.0f} s: "
+                        f"{_tail(log)}") from None
+    finally:
+        _kill(second)
+    if code != 0:
+        raise DemoError(f"driver 2 failed (exit {code}): {_tail(log)}")
+    folder = storage / NAME
+    if not (folder / DEFAULT_LOG_FILENAME).is_file():
+        raise DemoError(f"no event log was written in {folder}: {_tail(log)}")
+    return {"folder": folder, "seconds": round(time.monotonic() - started, 1), "log": log}
+
+
+def _tag(stored: list[Any]) -> str:
+    """The demo variant's tag from the trial's ``TrialAdded`` config."""
+    for row in stored:
+        if row.type_name == "TrialAdded":
+            variant = row.payload.get("config", {}).get("variant", {})
+            return str(variant.get("tag", "")) if isinstance(variant, dict) else ""
+    return ""
+
+
+def _interest(row: dict[str, Any]) -> tuple[int, int, int]:
+    return (row["status"] == "ERROR", row["total_restore_failures"], row["num_failures"])
+
+
+@click.command("demo")
+@click.option("--dir", "workdir", type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for the experiment (default: a new temporary folder, kept).")
+@json_option
+@click.pass_obj
+def demo(out: Output, workdir: Path | None, as_json: bool) -> int:
+    """Run a small real Ray Tune experiment (2 trials, 2 CPUs) on an embedded SQLite log with
+    injected restore failures and a driver crash and resume, then print ``trials`` and
+    ``explain`` for the most interesting trial. Needs ``statemachine[ray]``."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise BadInput("the demo needs Ray Tune: pip install 'statemachine[ray]'") from None
+    if workdir is None:
+        workdir = Path(tempfile.mkdtemp(prefix="trial-replay-demo-"))
+    elif workdir.exists() and any(workdir.iterdir()):
+        raise BadInput(f"--dir {workdir} is not empty; give a new or empty folder")
+    workdir.mkdir(parents=True, exist_ok=True)
+
+    def say(text: str) -> None:
+        click.echo(text, err=as_json)
+
+    run = run_experiment(workdir, say)
+    folder: Path = run["folder"]
+    with open_store(str(folder)) as store:
+        rows = [trial_row(s) for s in fold_states(store, NAME, out)]
+        tags = {r["trial_id"]: _tag(store.read_trial(NAME, r["trial_id"])) for r in rows}
+        chosen = max(rows, key=_interest)["trial_id"]
+        explanation = explain_trial(
+            chosen, decode_trial(store.read_trial(NAME, chosen), out),
+            session_ends(store.list_sessions(NAME)),
+        )
+    if as_json:
+        out.json({"experiment": NAME, "folder": str(folder), "seconds": run["seconds"],
+                  "trials": [{**r, "tag": tags[r["trial_id"]]} for r in rows], "explain": explanation.to_dict(NAME)})
+        return out.exit_code
+    say(f"Done in {run['seconds']} s. The event log: {folder / DEFAULT_LOG_FILENAME}")
+    say("")
+    say(f"$ trial-replay --db {folder} trials {NAME}")
+    out.table(
+        ["trial", "tag", "status", "failures", "restore fails (episode/total)", "last error",
+         "last decision"],
+        [[r["trial_id"], tags[r["trial_id"]], r["status"], r["num_failures"],
+          f"{r['num_restore_failures']}/{r['total_restore_failures']}",
+          r["last_error_type"] or "", r["last_decision"] or ""] for r in rows],
+    )
+    say("")
+    say(f"$ trial-replay --db {folder} explain {NAME} {chosen}")
+    out.text(explanation.summary, style="bold")
+    out.text(f"Policy that applied: {describe_policy(explanation.state.policy)}.")
+    for step in explanation.steps:
+        where = f"seq {step.seq:>3}" if step.position is not None else "       "
+        out.text(f"  {where} epoch {step.epoch}: {step.text}")
+    say("")
+    say(f"Try: trial-replay --db {folder} timeline {NAME} -o timeline.html")
+    return out.exit_code
