@@ -166,7 +166,8 @@ def demo(out: Output, workdir: Path | None, as_json: bool) -> int:
         )
     if as_json:
         out.json({"experiment": NAME, "folder": str(folder), "seconds": run["seconds"],
-                  "trials": [{**r, "tag": tags[r["trial_id"]]} for r in rows], "explain": explanation.to_dict(NAME)})
+                  "trials": [{**r, "tag": tags[r["trial_id"]]} for r in rows],
+                  "explain": explanation.to_dict(NAME)})
         return out.exit_code
     say(f"Done in {run['seconds']} s. The event log: {folder / DEFAULT_LOG_FILENAME}")
     say("")
