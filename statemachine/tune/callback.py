@@ -120,6 +120,7 @@ class EventLogCallback(Callback):
         self._recorder: Recorder | None = None
         self._policy_in_force: RetryPolicy | None = None
         self._reconciled = False
+        self._trials_seen = 0
         self._recover: dict[str, bool] = {}
         self._maybe_stopped: dict[str, Any] = {}
         self._summary: dict[str, int] | None = None
@@ -370,11 +371,20 @@ class EventLogCallback(Callback):
         if not self._reconciled:
             self._reconciled = True
             self._reconcile(trials)
+        self._track_new(trials)
+
+    def _track_new(self, trials: list[Any]) -> None:
+        """Add trials created since the last look (Tune only appends to its list)."""
+        if len(trials) != self._trials_seen:
+            for trial in trials:
+                self._track(trial)
+            self._trials_seen = len(trials)
 
     @_never_raises
     def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
-        """Settle pending stops and retry queued writes."""
+        """Settle pending stops, forget unused recover answers, retry queued writes."""
         self._settle_stops()
+        self._recover.clear()
         if self._recorder is not None:
             self._recorder.flush()
 
@@ -407,6 +417,7 @@ class EventLogCallback(Callback):
     def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
         """Write what is queued, report what could not be written, close the log."""
         self._settle_stops()
+        self._track_new(trials)
         seam.remove_listener(self)
         recorder = self._recorder
         if recorder is None:
