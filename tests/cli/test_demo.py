@@ -1,0 +1,62 @@
+"""``trial-replay demo``: a real Ray Tune run with a driver crash, through the console script.
+
+Its values change every run (Ray trial ids, times), so its golden file holds the shape of its
+``--json`` output (every key, and the type of every value) rather than the values.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cli.conftest import GOLDEN
+from tests.cli.test_console_script import _run
+from tests.cli.test_golden import UPDATE
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+def shape(value: Any) -> Any:
+    """Keys and value types of a JSON document (lists: the shape of their first item)."""
+    if isinstance(value, dict):
+        return {k: shape(v) for k, v in sorted(value.items())}
+    if isinstance(value, list):
+        return [shape(value[0])] if value else []
+    return type(value).__name__
+
+
+def test_demo_crashes_a_driver_resumes_and_explains(tmp_path: Path) -> None:
+    workdir = tmp_path / "demo"
+    done = _run("demo", "--dir", workdir, "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(done.stdout)
+    assert "Driver 1 killed with SIGKILL" in done.stderr
+    trials = {t["tag"]: t for t in data["trials"]}
+    assert set(trials) == {"restore_flaky", "recovers"}
+    flaky = trials["restore_flaky"]
+    # The retry spent before the crash stayed spent: 2 retries in all, then it gave up.
+    assert (flaky["status"], flaky["num_failures"], flaky["total_restore_failures"]) == (
+        "ERROR", 2, 3)
+    assert trials["recovers"]["status"] == "TERMINATED"
+    explained = data["explain"]
+    assert explained["trial_id"] == flaky["trial_id"]
+    steps = [(s["epoch"], s["text"]) for s in explained["steps"]]
+    texts = " ".join(t for _, t in steps)
+    assert "The driver of epoch 1 crashed" in texts
+    retry1 = next(e for e, t in steps if t.startswith("Restore failure # 1 (retry 1 of 2)"))
+    retry2 = next(e for e, t in steps if t.startswith("Restore failure # 2 (retry 2 of 2)"))
+    assert (retry1, retry2) == (1, 2)
+    assert any(t.startswith("Restore failure # 3 (restore retries spent: 2 of 2)")
+               and "GIVE_UP" in t for _, t in steps)
+    # The log the demo wrote reads back through the other commands and verifies.
+    folder = Path(data["folder"])
+    assert folder.is_relative_to(workdir)
+    assert _run("--db", folder, "verify").returncode == 0
+    golden = GOLDEN / "demo_shape.json"
+    text = json.dumps(shape(data), indent=2) + "\n"
+    if UPDATE:
+        golden.write_text(text)
+    assert text == golden.read_text()
