@@ -184,12 +184,19 @@ def count_preemption(ed: EventData) -> None:
 
 
 def begin_restore(ed: EventData) -> None:
-    """A restore episode refers to the checkpoint named by the start event, or the latest."""
+    """A restore episode refers to the checkpoint named by the start event, or the latest.
+
+    Restoring from another checkpoint than the episode's (a driver restarted with an older
+    experiment snapshot) starts a new episode: the restore counter refers to one checkpoint.
+    """
     state = _state(ed)
     event = ed.kwargs["event"]
-    state.restoring_from = (
+    target = (
         event.restore_from if isinstance(event, TrialStarted) and event.restore_from else None
     ) or state.latest_checkpoint
+    if state.restoring_from is not None and target != state.restoring_from:
+        state.restore_failures = 0
+    state.restoring_from = target
 
 
 def end_restore_episode(ed: EventData) -> None:

@@ -137,11 +137,17 @@ def test_restore_counter_comes_back_only_for_the_same_checkpoint(
         start(second, restored_same)
         restored_same.handle_error(OSError("still unreadable"))
         assert restored_same.num_failures == 2
+        # Another checkpoint is another restore episode: its failure is a retry again.
+        start(second, restored_other)
+        restored_other.handle_error(OSError("newer one unreadable too"))
+        assert restored_other.num_failures == 1
+        assert restored_other.temporary_state.num_restore_failures == 1
     finally:
         second.on_experiment_end(trials=[restored_same, restored_other])
     states = replay(url, "budget")
     assert states[same.trial_id].failures == 2
     assert states[same.trial_id].total_restore_failures == 3
+    assert (states[other.trial_id].failures, states[other.trial_id].restore_failures) == (1, 1)
 
 
 def test_a_failing_hook_never_raises_into_tune(ray_cluster: None, tmp_path: Path) -> None:
