@@ -154,14 +154,19 @@ TOP = 70
 LEGEND_H = 100
 
 
+def _label_width(model: TimelineModel) -> int:
+    longest = max((len(f"{r.trial_id} ({r.status})") for r in model.rows), default=0)
+    return max(LABEL_W, 7 * longest + 30)
+
+
 def _x(model: TimelineModel, index: float, plot_w: int) -> float:
-    return LABEL_W + plot_w * index / max(model.n_events, 1)
+    return _label_width(model) + plot_w * index / max(model.n_events, 1)
 
 
 def render_svg(model: TimelineModel) -> str:
     """The timeline as a standalone SVG document (one ``<g class="trial">`` per trial)."""
     plot_w = max(720, min(1400, 14 * model.n_events))
-    width = LABEL_W + plot_w + 30
+    width = _label_width(model) + plot_w + 30
     height = TOP + ROW_H * len(model.rows) + LEGEND_H
     svg = ET.Element("svg", xmlns="http://www.w3.org/2000/svg", width=str(width),
                      height=str(height), viewBox=f"0 0 {width} {height}",
@@ -214,8 +219,6 @@ def render_svg(model: TimelineModel) -> str:
 def _legend(svg: ET.Element, y: int) -> None:
     x = 10
     for status, colour in STATUS_COLOURS.items():
-        if status == "NEW":
-            continue
         ET.SubElement(svg, "rect", x=str(x), y=str(y), width="14", height="14", fill=colour)
         ET.SubElement(svg, "text", x=str(x + 18), y=str(y + 12)).text = status
         x += 110
