@@ -306,3 +306,51 @@ def test_store_url_from_the_environment_postgres(
     assert ray_trials(grid) == {only_trial(grid).trial_id: ("TERMINATED", 1)}
     states = assert_log_matches_ray(url, name, grid)
     assert [s.total_restore_failures for s in states.values()] == [1]
+
+
+@pytest.mark.postgres
+def test_a_store_failure_mid_run_is_retried(
+    ray_cluster: None, tmp_path: Path, ctl: Path
+) -> None:
+    import uuid
+
+    import psycopg
+    from ray import tune
+
+    from statemachine.tune import EventLogCallback
+
+    url = postgres_url()
+
+    class DropStoreConnections(tune.Callback):
+        """At the first checkpoint, kill every server connection of the test database."""
+
+        dropped = 0
+
+        def on_checkpoint(self, iteration: int, trials: list, trial: Any, checkpoint: Any,
+                          **info: Any) -> None:
+            if self.dropped:
+                return
+            plain = url.replace("postgresql+psycopg", "postgresql")
+            with psycopg.connect(plain, autocommit=True) as conn:
+                (self.dropped,) = conn.execute(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                ).fetchone()
+
+    dropper, callback = DropStoreConnections(), EventLogCallback(url=url)
+    name = f"pg-drop-{uuid.uuid4().hex[:8]}"
+    grid = tune.Tuner(
+        Flaky, param_space={"ctl": str(ctl), "iters": 3},
+        run_config=tune.RunConfig(
+            name=name, storage_path=str(tmp_path / "results"), callbacks=[dropper, callback],
+            verbose=0, checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1)),
+    ).fit()
+    assert dropper.dropped >= 1, "no store connection was open to drop"
+    assert callback.write_failures >= 1
+    assert callback.events_unwritten == 0 and callback.events_rejected == 0
+    states = assert_log_matches_ray(url, name, grid)
+    (trial_id,) = states
+    stored = stored_events(url, name, trial_id)
+    assert [e.seq for e in stored] == list(range(1, len(stored) + 1))
+    assert len(stored) == callback.events_recorded
+    assert [e.type_name for e in stored].count("CheckpointSaved") == 3
