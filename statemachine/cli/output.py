@@ -8,6 +8,7 @@ row skipped, for instance) go to stderr as one line each and make the exit code 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -50,7 +51,7 @@ class Output:
     def console(self) -> Console:
         """A rich console on the current stdout (wide when not a terminal, so rows stay whole)."""
         out = sys.stdout
-        width = None if out.isatty() else 160
+        width = None if out.isatty() or os.environ.get("COLUMNS") else 160
         return Console(file=out, width=width, soft_wrap=False, highlight=False)
 
     def json(self, data: Any) -> None:

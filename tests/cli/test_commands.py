@@ -243,3 +243,11 @@ def test_read_commands_write_nothing(
                  ["tail", EXP]):
         assert invoke("--db", experiment_dir, *args).exit_code == 0, args
     assert folder_state(experiment_dir) == before
+
+
+@pytest.mark.ray
+def test_experiment_folder_file_name_is_the_one_the_tune_callback_writes() -> None:
+    from statemachine.cli.db import DEFAULT_LOG_FILENAME
+    from statemachine.tune.store_url import DEFAULT_FILENAME
+
+    assert DEFAULT_LOG_FILENAME == DEFAULT_FILENAME
