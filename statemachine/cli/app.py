@@ -58,6 +58,9 @@ class ReplayGroup(click.Group):
         except StateMachineError as exc:
             click.echo(f"{prog_name}: error: {_one_line(str(exc))}", err=True)
             return EXIT_BAD_INPUT
+        except click.exceptions.NoArgsIsHelpError as exc:
+            exc.show()  # no command given: the help, as click prints it
+            return exc.exit_code
         except click.UsageError as exc:
             hint = ""
             if exc.ctx is not None:
