@@ -11,14 +11,14 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from statemachine.cli.db import BadInput
-from statemachine.domain.compiled import fold_compiled
+from statemachine.domain.compiled import apply_compiled
 from statemachine.domain.events import Event
 from statemachine.domain.state import TrialState
 from statemachine.exceptions import (
-    EventDecodeError,
     UnknownExperimentError,
     UnknownTrialError,
 )
+from statemachine.log.replay import fold_stored
 
 if TYPE_CHECKING:
     from statemachine.cli.output import Output
@@ -93,16 +93,19 @@ def parse_at(value: str | None) -> At | None:
 def decode_trial(
     stored: Iterable[StoredEvent], out: Output
 ) -> list[tuple[StoredEvent, Event]]:
-    """Decode a trial's rows in order; at a corrupted row, warn (naming its position) and
-    stop that trial there: the rows after it cannot be folded on a gap."""
-    decoded: list[tuple[StoredEvent, Event]] = []
-    for row in stored:
-        try:
-            decoded.append((row, row.event))
-        except EventDecodeError as exc:
-            out.warn(f"{exc}; trial {row.trial_id!r} is shown as of seq {row.seq - 1}")
-            break
-    return decoded
+    """A trial's rows with their decoded events, in order, as far as they fold.
+
+    At a row that does not decode (corrupted) or does not fold (not a valid transition where
+    the trial is), warn naming its position and stop there: the rows after it cannot be
+    folded on a gap.
+    """
+    rows = list(stored)
+    if not rows:
+        return []
+    replay = fold_stored(rows[0].trial_id, rows)
+    if replay.halted_at is not None:
+        out.warn(halt_message(replay.halted_at, replay.halt_reason or ""))
+    return [(step.stored, step.stored.event) for step in replay.steps]
 
 
 def group_by_trial(rows: Iterable[StoredEvent]) -> dict[str, list[StoredEvent]]:
@@ -132,12 +135,24 @@ def fold_states(
     store: EventStore, experiment: str, out: Output, at: At | None = None
 ) -> list[TrialState]:
     """Every trial's state (as of ``at``), folded from its events through the compiled
-    machine; a corrupted row is reported and its trial shown as of the row before."""
+    machine. A row that does not decode or fold is reported (naming its position) and its
+    trial is shown as of the row before; the other trials are unaffected."""
     rows = store.read_experiment(experiment)
     if at is not None:
         rows = (r for r in rows if at.includes(r))
     states = []
     for trial_id, trial_rows in group_by_trial(rows).items():
-        events = [event for _, event in decode_trial(trial_rows, out)]
-        states.append(fold_compiled(trial_id, events))
+        replay = fold_stored(trial_id, trial_rows, keep_steps=False, step=apply_compiled)
+        if replay.halted_at is not None:
+            out.warn(halt_message(replay.halted_at, replay.halt_reason or ""))
+        states.append(replay.state)
     return states
+
+
+def halt_message(row: StoredEvent, reason: str) -> str:
+    """One line for a row a fold stopped at."""
+    where = f"position {row.position}"
+    if where not in reason:
+        reason = (f"event at position {row.position} (trial {row.trial_id!r}, seq {row.seq}) "
+                  f"does not fold: {reason}")
+    return f"{reason}; trial {row.trial_id!r} is shown as of seq {row.seq - 1}"

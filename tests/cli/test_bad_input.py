@@ -276,3 +276,29 @@ def test_folder_copy_is_untouched_after_every_error(
         invoke("--db", experiment_dir, *args)
     assert folder_state(experiment_dir) == before
     shutil.rmtree(experiment_dir)
+
+
+def test_row_that_does_not_fold_is_reported_and_the_rest_is_shown(
+    invoke: Callable[..., Run], fixture_db: Path
+) -> None:
+    """A row rewritten into an event that is impossible where the trial is (PENDING ->
+    TrialCompleted): every reader names its position and goes on with the other trials."""
+    with closing(sqlite3.connect(fixture_db)) as conn, conn:
+        conn.execute("UPDATE events SET type_name = 'TrialCompleted', payload = '{}' "
+                     "WHERE trial_id = 'c_given_up' AND seq = 6")
+        (position,) = conn.execute("SELECT position FROM events WHERE trial_id = 'c_given_up' "
+                                   "AND seq = 6").fetchone()
+    run = invoke("--db", fixture_db, "trials", EXP, "--json")
+    line = assert_one_line_error(run, f"position {position}", "does not fold",
+                                 "'TrialCompleted' is not valid in state PENDING")
+    assert "shown as of seq 5" in line
+    rows = {r["trial_id"]: r for r in json.loads(run.stdout)}
+    assert rows["c_given_up"]["seq"] == 5 and rows["b_preempted_scratch"]["seq"] == 17
+    explained = invoke("--db", fixture_db, "explain", EXP, "c_given_up")
+    assert_one_line_error(explained, f"position {position}")
+    assert "Decision RECOVER" in " ".join(explained.stdout.split())
+    what_if = invoke("--db", fixture_db, "what-if", EXP, "--max-failures", "5", "--json")
+    assert_one_line_error(what_if, f"position {position}")
+    assert len(json.loads(what_if.stdout)["trials"]) == 6
+    verify = invoke("--db", fixture_db, "verify", EXP)
+    assert_one_line_error(verify, f"position {position}", "transition", code=1)
