@@ -62,7 +62,7 @@ def build_graph(machine: Machine = MACHINE) -> graphviz.Digraph:
     destination) labelled with the guards in the order they are tried and the decision."""
     states = list(machine.states)
     graph = graphviz.Digraph("trial_state_machine", format="svg")
-    graph.attr(rankdir="LR", fontname="Helvetica", fontsize="11", nodesep="0.5", ranksep="0.9",
+    graph.attr(rankdir="TB", fontname="Helvetica", fontsize="11", nodesep="0.5", ranksep="0.9",
                label="Trial state machine (from statemachine.domain.machine.MACHINE)",
                labelloc="t")
     graph.attr("node", shape="box", style="rounded,filled", fontname="Helvetica")
