@@ -295,13 +295,13 @@ class EventStore:
     def _start_session(
         self, experiment: str, policy: RetryPolicy, storage_path: str | None
     ) -> DriverSession:
-        now = utcnow()
         with self._write() as conn:
             row = conn.execute(
                 select(experiments.c.id, experiments.c.epoch)
                 .where(experiments.c.name == experiment)
                 .with_for_update()
             ).first()
+            now = utcnow()  # the epoch begins once the lock is held
             if row is None:
                 experiment_id = conn.execute(
                     insert(experiments).returning(experiments.c.id),
@@ -458,6 +458,9 @@ class EventStore:
         with self._lock, translated("appending an event", self._url):
             try:
                 with self._write() as conn:
+                    # Stamped under the write lock: times follow commit order, and an event
+                    # of a fenced epoch is always stamped before the newer session began.
+                    row["recorded_at"] = utcnow()
                     position = self._append_one.execute(
                         conn, {**row, "expected_seq": expected_seq}
                     ).scalar()
@@ -505,6 +508,9 @@ class EventStore:
                     )
                     if epoch != session.epoch or not self._chained(requests, last):
                         return self._diagnose(conn, session, rows)
+                    now = utcnow()  # under the lock, as in append()
+                    for row in rows:
+                        row["recorded_at"] = now
                     positions = conn.execute(insert_rows, rows).scalars().all()
                 return [
                     self._as_stored(row, position, session.experiment)
