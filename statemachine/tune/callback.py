@@ -437,7 +437,7 @@ class EventLogCallback(Callback):
             )
         else:
             logger.info("statemachine: event log summary: %s", self._summary)
-        recorder.close(clean=True)
+        recorder.close(clean=not recorder.unwritten)
 
     def _unwritten_path(self, trials: list[Any]) -> Path:
         folder = Path.cwd()
