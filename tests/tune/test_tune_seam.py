@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import replay
+from conftest import replay, stored_events
 
 from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.status import Status
@@ -162,3 +162,36 @@ def test_a_failing_hook_never_raises_into_tune(ray_cluster: None, tmp_path: Path
         assert callback.hook_errors == 2
     finally:
         callback.on_experiment_end(trials=[])
+
+
+def test_an_errored_trial_resumed_by_tuner_restore_is_reset(
+    ray_cluster: None, tmp_path: Path
+) -> None:
+    from statemachine.tune import EventLogCallback
+
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    first = EventLogCallback(url=url, policy=RetryPolicy(max_failures=0))
+    first.setup()
+    trial = make_trial(tmp_path, "reset", max_failures=0)
+    first.on_step_begin(iteration=0, trials=[trial])
+    start(first, trial)
+    trial.handle_error(ValueError("bad luck"))
+    assert trial.should_recover() is False
+    first.on_experiment_end(trials=[trial])
+    assert replay(url, "reset")[trial.trial_id].status is Status.ERROR
+
+    # Tuner.restore(resume_errored=True) brings the trial back PENDING, failures kept.
+    second = pickle.loads(pickle.dumps(first))
+    second.setup()
+    resumed = make_trial(tmp_path, "reset", like=trial, max_failures=0)
+    resumed.run_metadata.num_failures = 1
+    try:
+        second.on_step_begin(iteration=0, trials=[resumed])
+        start(second, resumed)
+        second.on_trial_complete(iteration=1, trials=[resumed], trial=resumed)
+    finally:
+        second.on_experiment_end(trials=[resumed])
+    (state,) = replay(url, "reset").values()
+    assert (state.status, state.failures) == (Status.TERMINATED, 1)
+    types = [e.type_name for e in stored_events(url, "reset", trial.trial_id)]
+    assert types[-3:] == ["TrialReset", "TrialStarted", "TrialCompleted"]
