@@ -29,6 +29,10 @@ DRIVER = HERE / "tune_crash_driver.py"
 
 def start_driver(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     """A driver in its own session, so the test can kill it and Ray's helpers together."""
+    # TUNE_GLOBAL_CHECKPOINT_S=0: Ray snapshots the experiment every step, so at the kill its
+    # state holds the checkpoint and num_failures, and the measured difference between the two
+    # scenarios is the restore counter alone (with the default period Ray's snapshot may even
+    # predate the checkpoint, and the trial would restart from scratch).
     env = {**os.environ, "PYTHONPATH": worker_pythonpath(), "TUNE_RESTORE_RETRY_NUM": str(R),
            "TUNE_GLOBAL_CHECKPOINT_S": "0", "RAY_DEDUP_LOGS": "0"}
     env.pop("STATEMACHINE_DB_URL", None)
@@ -64,7 +68,7 @@ def run_scenario(tmp: Path, with_callback: bool) -> tuple[int, int, dict[str, li
             assert first.poll() is None, f"driver ended early:\n{log.read_text()[-3000:]}"
             assert time.monotonic() < deadline, f"no restore attempt {R + 1}:\n{log.read_text()}"
             time.sleep(0.2)
-        time.sleep(0.5)  # let the hanging attempt's experiment snapshot land as it would
+        time.sleep(0.5)  # the driver is idle now, waiting on the hanging restore
     finally:
         kill_group(first)
     before = restore_attempts(ctl)
