@@ -122,6 +122,10 @@ ROWS = [
      actor_error(), Status.PENDING, D.RECOVER, (1, 0, 0, 0)),
     ("actor dies while paused", policy(max_failures=1), Status.PAUSED, actor_error(),
      Status.PENDING, D.RECOVER, (1, 0, 0, 0)),
+    ("requeue a running trial after a driver restart", policy(), Status.RUNNING,
+     TrialResumed(), Status.PENDING, None, (0, 0, 0, 0)),
+    ("requeue a restoring trial after a driver restart", policy(), Status.RESTORING,
+     TrialResumed(), Status.PENDING, None, (0, 0, 0, 0)),
     ("reset an errored trial", policy(), Status.ERROR, TrialReset(), Status.PENDING, None,
      (1, 0, 0, 0)),
     ("restart an errored trial from scratch", policy(), Status.ERROR,
@@ -177,6 +181,19 @@ def test_restore_succeeded_ends_the_episode() -> None:
     assert state.status is Status.RUNNING
     assert state.counters == Counters(0, 0, 2, 0)
     assert state.restoring_from is None
+
+
+def test_restore_episode_counter_refers_to_one_checkpoint() -> None:
+    p = policy(restore_retry_num=3)
+    state = run([*TO[Status.RESTORING], restore_error()], p)
+    assert state.counters == Counters(0, 1, 1, 0)
+    apply(state, TrialStarted(), p)  # the same checkpoint again: same episode
+    assert (state.restoring_from, state.restore_failures) == ("c1", 1)
+    apply(state, restore_error(), p)
+    assert state.status is Status.PENDING
+    apply(state, TrialStarted(restore_from="c0"), p)  # another checkpoint: a new episode
+    assert (state.restoring_from, state.restore_failures) == ("c0", 0)
+    assert state.total_restore_failures == 2
 
 
 def test_checkpoint_saved_is_the_latest_and_history_is_bounded() -> None:
