@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -47,23 +47,8 @@ class Event:
         Raises :class:`EventDecodeError` naming the field for an unknown or missing field or a
         value of the wrong type.
         """
-        hints = _field_hints(cls)
-        unknown = sorted(set(payload) - set(hints))
-        if unknown:
-            raise EventDecodeError(
-                f"event {cls.type_name!r} payload has unknown field(s): {', '.join(unknown)}"
-            )
-        missing = [name for name in cls.required if name not in payload]
-        if missing:
-            raise EventDecodeError(
-                f"event {cls.type_name!r} payload lacks field(s): {', '.join(missing)}"
-            )
-        values = {
-            name: _from_json(cls.type_name, name, payload[name], hint)
-            for name, hint in hints.items()
-            if name in payload
-        }
-        return cls(**values)
+        decode = _DECODERS.get(cls) or _compile_decoder(cls)
+        return decode(payload)
 
 
 def _to_json(value: Any) -> Any:
@@ -74,59 +59,115 @@ def _to_json(value: Any) -> Any:
     return value
 
 
-_HINTS: dict[type[Event], dict[str, Any]] = {}
+_Convert = Callable[[Any], Any]
+_DECODERS: dict[type[Event], Callable[[Mapping[str, Any]], Event]] = {}
 
 
-def _field_hints(cls: type[Event]) -> dict[str, Any]:
-    """The resolved type hints of an event class's payload fields (cached)."""
-    hints = _HINTS.get(cls)
-    if hints is None:
-        resolved = typing.get_type_hints(cls)
-        hints = {f.name: resolved[f.name] for f in dataclasses.fields(cls)}
-        _HINTS[cls] = hints
-    return hints
+def _compile_decoder(cls: type[Event]) -> Callable[[Mapping[str, Any]], Event]:
+    """Build (once per class) the payload decoder of an event class from its type hints.
+
+    Reading a log decodes every event, so the per-field checks are resolved here, not per
+    event.
+    """
+    resolved = typing.get_type_hints(cls)
+    convert = {
+        f.name: _converter(cls.type_name, f.name, resolved[f.name])
+        for f in dataclasses.fields(cls)
+    }
+    known = frozenset(convert)
+    required = cls.required
+    type_name = cls.type_name
+
+    def decode(payload: Mapping[str, Any]) -> Event:
+        if not known.issuperset(payload):
+            unknown = ", ".join(sorted(set(payload) - known))
+            raise EventDecodeError(
+                f"event {type_name!r} payload has unknown field(s): {unknown}"
+            )
+        missing = [name for name in required if name not in payload]
+        if missing:
+            raise EventDecodeError(
+                f"event {type_name!r} payload lacks field(s): {', '.join(missing)}"
+            )
+        return cls(**{name: convert[name](value) for name, value in payload.items()})
+
+    _DECODERS[cls] = decode
+    return decode
 
 
-def _from_json(type_name: str, name: str, value: Any, hint: Any) -> Any:
-    """Check a payload value against its field's type hint and convert it back."""
+def _converter(type_name: str, name: str, hint: Any) -> _Convert:
+    """A function that checks a payload value against ``hint`` and converts it back."""
+    described = hint.__name__ if isinstance(hint, type) else str(hint)
 
-    def bad() -> EventDecodeError:
+    def bad(value: Any) -> EventDecodeError:
         return EventDecodeError(
             f"event {type_name!r} field {name!r} has an invalid value {value!r} "
-            f"(expected {hint.__name__ if isinstance(hint, type) else hint})"
+            f"(expected {described})"
         )
 
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
+    optional = False
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
         options = typing.get_args(hint)
-        if value is None and type(None) in options:
-            return None
+        optional = type(None) in options
         (hint,) = [option for option in options if option is not type(None)]
-        origin = typing.get_origin(hint)
+    origin = typing.get_origin(hint)
+    convert: _Convert
     if hint is TrialError:
-        if not isinstance(value, Mapping):
-            raise bad()
-        return TrialError.from_dict(dict(value))
-    if hint is RetryPolicy:
-        if not isinstance(value, Mapping):
-            raise bad()
-        try:
-            return RetryPolicy.from_dict(value)
-        except (PolicyError, TypeError) as exc:
-            raise EventDecodeError(f"event {type_name!r} field {name!r}: {exc}") from None
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-            raise bad()
-        return tuple(value)
-    if origin is dict:
-        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-            raise bad()
-        return dict(value)
-    if hint is int and isinstance(value, bool):
-        raise bad()
-    if isinstance(hint, type) and not isinstance(value, hint):
-        raise bad()
-    return value
+
+        def convert(value: Any) -> Any:
+            if not isinstance(value, Mapping):
+                raise bad(value)
+            return TrialError.from_dict(dict(value))
+
+    elif hint is RetryPolicy:
+
+        def convert(value: Any) -> Any:
+            if not isinstance(value, Mapping):
+                raise bad(value)
+            try:
+                return RetryPolicy.from_dict(value)
+            except (PolicyError, TypeError) as exc:
+                raise EventDecodeError(f"event {type_name!r} field {name!r}: {exc}") from None
+
+    elif origin is tuple:
+
+        def convert(value: Any) -> Any:
+            if not isinstance(value, (list, tuple)) or not all(
+                isinstance(v, str) for v in value
+            ):
+                raise bad(value)
+            return tuple(value)
+
+    elif origin is dict:
+
+        def convert(value: Any) -> Any:
+            if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+                raise bad(value)
+            return dict(value)
+
+    elif hint is bool:
+
+        def convert(value: Any) -> Any:
+            if value is not True and value is not False:
+                raise bad(value)
+            return value
+
+    elif hint in (str, int):
+
+        def convert(value: Any) -> Any:
+            if not isinstance(value, hint) or isinstance(value, bool):
+                raise bad(value)
+            return value
+
+    else:
+        raise TypeError(f"event {type_name!r} field {name!r}: unsupported type {hint!r}")
+    if optional:
+        required_convert = convert
+
+        def convert(value: Any) -> Any:
+            return None if value is None else required_convert(value)
+
+    return convert
 
 
 @dataclass(frozen=True)
