@@ -35,6 +35,7 @@ from rich.table import Table
 
 from statemachine.domain.compiled import apply_compiled, fold_compiled
 from statemachine.domain.events import (
+    EVENT_TYPES,
     CheckpointSaved,
     CheckpointsDiscarded,
     Event,
@@ -48,8 +49,10 @@ from statemachine.domain.events import (
     TrialResumed,
     TrialStarted,
     TrialStopped,
+    decode_event,
+    encode_event,
 )
-from statemachine.domain.failures import ActorError, RestoreError, TrainingError
+from statemachine.domain.failures import ActorError, RestoreError, TrainingError, TrialError
 from statemachine.domain.machine import apply, fold, transition_table
 from statemachine.domain.policy import ExhaustionAction, RetryPolicy
 from statemachine.domain.state import CHECKPOINT_HISTORY, TrialState
@@ -449,6 +452,38 @@ def main(rounds: int, budget: float, trials: int) -> None:
         fold_table.add_row(name, f"{median:,.2f}", f"{low:,.2f} - {high:,.2f}",
                            f"{median / baseline:.1f}x")
     console.print(fold_table)
+
+    # Replay decodes every stored event before folding it: its cost beside unchecked
+    # construction (the payload splatted into the class, nested records rebuilt).
+    stored = [encode_event(e) for _, events in histories for e in events]
+
+    def run_decode() -> None:
+        for type_name, version, payload in stored:
+            decode_event(type_name, version, payload)
+
+    def run_unchecked() -> None:
+        for type_name, _, payload in stored:
+            cls = EVENT_TYPES[type_name]
+            if cls is TrialFailed:
+                cls(error=TrialError.from_dict(payload["error"]))
+            elif cls is PolicySet:
+                cls(policy=RetryPolicy.from_dict(payload["policy"]))
+            else:
+                cls(**payload)
+
+    decode_times: dict[str, list[float]] = {"unchecked": [], "checked": []}
+    for _ in range(rounds):
+        decode_times["unchecked"] += measure(run_unchecked, len(stored), 1).rounds
+        decode_times["checked"] += measure(run_decode, len(stored), 1).rounds
+    decode_table = Table(title=f"Decode cost per stored event (us): {len(stored):,} events")
+    for column in ("path", "us/event", "min - max", "vs baseline"):
+        decode_table.add_column(column, justify="left" if column == "path" else "right")
+    unchecked = Timing(decode_times["unchecked"], len(stored)).per_unit_us()
+    checked = Timing(decode_times["checked"], len(stored)).per_unit_us()
+    decode_table.add_row("cls(**payload), no checks (baseline)", *_fmt(unchecked), "1.0x")
+    decode_table.add_row("decode_event (registry, version, typed fields)", *_fmt(checked),
+                         f"{checked[0] / unchecked[0]:.1f}x")
+    console.print(decode_table)
 
 
 if __name__ == "__main__":
