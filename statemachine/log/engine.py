@@ -121,31 +121,41 @@ def translated(what: str, url: str) -> Iterator[None]:
 
 
 class Prepared:
-    """A Core statement compiled once for one dialect, for a statement run per event.
+    """A Core statement compiled once for one dialect, for statements run per event.
 
     ``Connection.execute(statement)`` walks the statement on every call to find its compiled
-    form in the cache; for the append statement that walk costs as much as SQLite's insert.
-    This keeps SQLAlchemy's compiled SQL and bind processors and runs them through
-    ``Connection.exec_driver_sql``, inside the caller's SQLAlchemy transaction.
+    form in the cache, and builds every parameter set through the compiler; for the append
+    statement that costs as much as SQLite's insert itself. This keeps SQLAlchemy's compiled
+    SQL and bind processors and runs them through ``Connection.exec_driver_sql``, inside the
+    caller's SQLAlchemy transaction. Every bind parameter must be given by name.
     """
 
     def __init__(self, statement: Executable, dialect: Dialect) -> None:
-        self._compiled = statement.compile(dialect=dialect)  # type: ignore[attr-defined]
-        self.sql: str = self._compiled.string
-        self._order: tuple[str, ...] | None = (
-            tuple(self._compiled.positiontup) if self._compiled.positional else None
+        compiled = statement.compile(dialect=dialect)  # type: ignore[attr-defined]
+        self.sql: str = compiled.string
+        self._names: tuple[str, ...] = (
+            tuple(compiled.positiontup) if compiled.positional else tuple(compiled.binds)
         )
+        self._positional: bool = compiled.positional
         self._processors = {
             name: processor
-            for name, bind in self._compiled.binds.items()
+            for name, bind in compiled.binds.items()
             if (processor := bind.type.dialect_impl(dialect).bind_processor(dialect))
         }
 
+    def params(self, values: dict[str, Any]) -> tuple[Any, ...] | dict[str, Any]:
+        """The driver's parameters for one set of ``values`` (by bind name)."""
+        processors = self._processors
+        if self._positional:
+            return tuple(
+                processors[n](values[n]) if n in processors else values[n] for n in self._names
+            )
+        return {n: processors[n](values[n]) if n in processors else values[n] for n in self._names}
+
     def execute(self, conn: Connection, values: dict[str, Any]) -> CursorResult[Any]:
-        """Run the statement with ``values`` (by bind name) on ``conn``."""
-        params = self._compiled.construct_params(values)
-        for name, processor in self._processors.items():
-            params[name] = processor(params[name])
-        if self._order is not None:
-            return conn.exec_driver_sql(self.sql, tuple(params[n] for n in self._order))
-        return conn.exec_driver_sql(self.sql, params)
+        """Run the statement once with ``values`` on ``conn``."""
+        return conn.exec_driver_sql(self.sql, self.params(values))  # type: ignore[arg-type]
+
+    def execute_many(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
+        """Run the statement for every row (the driver's ``executemany``) on ``conn``."""
+        conn.exec_driver_sql(self.sql, [self.params(row) for row in rows])  # type: ignore[arg-type]

@@ -2,9 +2,15 @@
 
 ``record`` folds the event on a copy of the trial's state (so an invalid event changes
 nothing), appends it with the transition record it produced, and only then keeps the new
-state. Opening rehydrates every trial from its newest snapshot plus the events after it.
-Snapshots are written every ``snapshot_every`` events of a trial and for every trial at a
-clean close.
+state. It folds through the table compiled from the ``transitions`` machine
+(:func:`statemachine.domain.compiled.apply_compiled`): the same code path that rehydration and
+bulk replay use, proven equal to the machine by the domain's property test, and about 30
+times cheaper per event than a trigger (which matters for group commits of results).
+:func:`statemachine.log.replay.verify` re-folds a log through the ``transitions`` machine
+itself, so every recorded decision is also checked against the definition.
+
+Opening rehydrates every trial from its newest snapshot plus the events after it. Snapshots
+are written every ``snapshot_every`` events of a trial and for every trial at a clean close.
 """
 
 from __future__ import annotations
@@ -14,8 +20,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 
+from statemachine.domain.compiled import apply_compiled
 from statemachine.domain.events import Event, PolicySet
-from statemachine.domain.machine import TransitionRecord, apply
+from statemachine.domain.machine import TransitionRecord
 from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.state import TrialState
 from statemachine.exceptions import ConcurrencyError, StoreError
@@ -129,10 +136,12 @@ class ExperimentLog:
             policy_set = PolicySet(policy=self.policy)
             seq = work.seq
             requests.append(
-                AppendRequest(trial_id, policy_set, seq, apply(work, policy_set), event_id + "/p")
+                AppendRequest(
+                    trial_id, policy_set, seq, apply_compiled(work, policy_set), event_id + "/p"
+                )
             )
         seq = work.seq
-        requests.append(AppendRequest(trial_id, event, seq, apply(work, event), event_id))
+        requests.append(AppendRequest(trial_id, event, seq, apply_compiled(work, event), event_id))
         return work, requests
 
     def record(

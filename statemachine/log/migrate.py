@@ -122,8 +122,13 @@ def upgrade(engine: Engine) -> str:
         conn = conn.execution_options(**{WRITER: True})
         with conn.begin():
             if conn.dialect.name == "postgresql":
+                # One lock per schema: openers of this schema wait, other schemas do not.
                 conn.execute(
-                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK}
+                    text(
+                        "SELECT pg_advisory_xact_lock(CAST(:key AS integer), "
+                        "hashtext(current_schema()))"
+                    ),
+                    {"key": _PG_MIGRATION_LOCK},
                 )
             revision = current_revision(conn)
             check_revision(revision, url, writable=True)

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import importlib.metadata
 import os
 import platform
 import socket
 import threading
-import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -38,6 +38,7 @@ from sqlalchemy import (
     bindparam,
     func,
     insert,
+    literal_column,
     select,
     update,
 )
@@ -47,7 +48,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 from statemachine.domain.events import Event, TrialFailed, encode_event
 from statemachine.domain.machine import TransitionRecord
 from statemachine.domain.policy import RetryPolicy
-from statemachine.domain.state import TrialState
+from statemachine.domain.state import Counters, TrialState
 from statemachine.exceptions import (
     ConcurrencyError,
     FencedError,
@@ -110,6 +111,16 @@ def _stored(row: Any, experiment: str) -> StoredEvent:
     )  # fmt: skip
 
 
+def _new_event_id() -> str:
+    """A random 128-bit event id (hex), as unique as a uuid4."""
+    return os.urandom(16).hex()
+
+
+@functools.lru_cache(maxsize=4096)
+def _counters_json(counters: Counters) -> str:
+    return dump_json(counters._asdict())
+
+
 def _suggest(name: str, candidates: Iterable[str]) -> list[str]:
     return difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.5)
 
@@ -139,6 +150,12 @@ class EventStore:
         self._experiment_ids: dict[str, int] = {}
         self._postgres = engine.dialect.name == "postgresql"
         self._append_one = Prepared(self._build_append_statement(), engine.dialect)
+        self._insert_many = Prepared(
+            insert(events).values(
+                {name: bindparam(name, type_=events.c[name].type) for name in _INSERTED}
+            ),
+            engine.dialect,
+        )
 
     # ------------------------------------------------------------ opening and closing
 
@@ -386,7 +403,7 @@ class EventStore:
                 events.c.trial_id == params["trial_id"],
             )
             .scalar_subquery(),
-            0,
+            literal_column("0"),
         )
         source = self._lock_experiment(
             select(*(params[name] for name in _INSERTED)).where(
@@ -421,7 +438,7 @@ class EventStore:
             "status_before": record.status_before.value if record else None,
             "status_after": record.status_after.value if record else None,
             "decision": record.decision.value if record and record.decision else None,
-            "counters": dump_json(record.counters._asdict()) if record else None,
+            "counters": _counters_json(record.counters) if record else None,
             "epoch": session.epoch,
             "event_id": event_id,
             "recorded_at": recorded_at,
@@ -454,7 +471,7 @@ class EventStore:
         same ``event_id`` returns the already stored event.
         """
         request = AppendRequest(trial_id, event, expected_seq, record, event_id)
-        row = self._row(session, request, event_id or uuid.uuid4().hex, utcnow())
+        row = self._row(session, request, event_id or _new_event_id(), utcnow())
         with self._lock, translated("appending an event", self._url):
             try:
                 with self._write() as conn:
@@ -483,9 +500,8 @@ class EventStore:
         if not requests:
             return []
         now = utcnow()
-        rows = [self._row(session, r, r.event_id or uuid.uuid4().hex, now) for r in requests]
+        rows = [self._row(session, r, r.event_id or _new_event_id(), now) for r in requests]
         trials = sorted({r.trial_id for r in requests})
-        insert_rows = insert(events).returning(events.c.position, sort_by_parameter_order=True)
         with self._lock, translated("appending a batch of events", self._url):
             try:
                 with self._write() as conn:
@@ -511,10 +527,20 @@ class EventStore:
                     now = utcnow()  # under the lock, as in append()
                     for row in rows:
                         row["recorded_at"] = now
-                    positions = conn.execute(insert_rows, rows).scalars().all()
+                    # A plain executemany (RETURNING in parameter order would make SQLite
+                    # insert row by row); the positions are read back by event id.
+                    self._insert_many.execute_many(conn, rows)
+                    positions = dict(
+                        conn.execute(
+                            select(events.c.event_id, events.c.position).where(
+                                events.c.experiment_id == session.experiment_id,
+                                events.c.event_id.in_([row["event_id"] for row in rows]),
+                            )
+                        ).all()
+                    )
                 return [
-                    self._as_stored(row, position, session.experiment)
-                    for row, position in zip(rows, positions, strict=True)
+                    self._as_stored(row, positions[row["event_id"]], session.experiment)
+                    for row in rows
                 ]
             except IntegrityError:
                 pass
