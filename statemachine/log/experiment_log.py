@@ -15,7 +15,7 @@ are written every ``snapshot_every`` events of a trial and for every trial at a 
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
@@ -130,7 +130,7 @@ class ExperimentLog:
         if work is None:
             current = self._states.get(trial_id)
             work = current.copy() if current is not None else TrialState(trial_id)
-        event_id = event_id or uuid.uuid4().hex
+        event_id = event_id or os.urandom(16).hex()
         requests: list[AppendRequest] = []
         if not isinstance(event, PolicySet) and work.policy != self.policy:
             policy_set = PolicySet(policy=self.policy)

@@ -85,7 +85,10 @@ class StoredEvent:
     @property
     def payload(self) -> dict[str, Any]:
         """The event's JSON payload (raises :class:`EventDecodeError` if corrupted)."""
-        value = load_json(self.payload_json, self._where("payload"))
+        try:
+            value = json.loads(self.payload_json)
+        except (TypeError, ValueError):
+            value = load_json(self.payload_json, self._where("payload"))  # raises, with where
         if not isinstance(value, dict):
             raise EventDecodeError(f"{self._where('payload')} is not a JSON object")
         return value
