@@ -41,6 +41,8 @@ DECISION_COLOURS: dict[str, str] = {
 }
 
 FORMATS = ("html", "svg", "png")
+#: Above this many trials a PNG timeline carries no per-row labels.
+MAX_PNG_LABELS = 150
 
 
 class RecordedEvent(Protocol):
@@ -159,14 +161,22 @@ def _label_width(model: TimelineModel) -> int:
     return max(LABEL_W, 7 * longest + 30)
 
 
-def _x(model: TimelineModel, index: float, plot_w: int) -> float:
-    return _label_width(model) + plot_w * index / max(model.n_events, 1)
+class _Scale:
+    """Event index to x pixel, for one drawing."""
+
+    def __init__(self, model: TimelineModel, plot_w: int) -> None:
+        self.left = _label_width(model)
+        self.step = plot_w / max(model.n_events, 1)
+
+    def __call__(self, index: float) -> float:
+        return self.left + self.step * index
 
 
 def render_svg(model: TimelineModel) -> str:
     """The timeline as a standalone SVG document (one ``<g class="trial">`` per trial)."""
     plot_w = max(720, min(1400, 14 * model.n_events))
-    width = _label_width(model) + plot_w + 30
+    x_of = _Scale(model, plot_w)
+    width = x_of.left + plot_w + 30
     height = TOP + ROW_H * len(model.rows) + LEGEND_H
     svg = ET.Element("svg", xmlns="http://www.w3.org/2000/svg", width=str(width),
                      height=str(height), viewBox=f"0 0 {width} {height}",
@@ -189,14 +199,14 @@ def render_svg(model: TimelineModel) -> str:
         label = ET.SubElement(group, "text", x="10", y=str(y + ROW_H / 2 + 4))
         label.text = f"{row.trial_id} ({row.status})"
         for s in row.spans:
-            x0, x1 = _x(model, s.start, plot_w), _x(model, s.end, plot_w)
+            x0, x1 = x_of(s.start), x_of(s.end)
             rect = ET.SubElement(group, "rect", x=f"{x0:.1f}", y=str(y + 5),
                                  width=f"{max(x1 - x0, 1):.1f}", height=str(ROW_H - 10),
                                  fill=STATUS_COLOURS.get(s.status, "#cccccc"),
                                  attrib={"class": "span", "data-status": s.status})
             ET.SubElement(rect, "title").text = f"{row.trial_id}: {s.status}"
         for m in row.markers:
-            cx = _x(model, m.x + 0.5, plot_w)
+            cx = x_of(m.x + 0.5)
             cy = y + ROW_H / 2
             path = ET.SubElement(group, "path", d=MARKER_SHAPES.get(m.kind, MARKER_SHAPES[
                 "TrainingError"]), transform=f"translate({cx:.1f},{cy:.1f})",
@@ -206,7 +216,7 @@ def render_svg(model: TimelineModel) -> str:
             ET.SubElement(path, "title").text = m.detail
     bottom = TOP + ROW_H * len(model.rows)
     for mark in model.epochs[1:]:
-        x = _x(model, mark.x, plot_w)
+        x = x_of(mark.x)
         ET.SubElement(svg, "line", x1=f"{x:.1f}", y1=str(TOP - 8), x2=f"{x:.1f}", y2=str(bottom),
                       stroke="#333", attrib={"stroke-dasharray": "5,4", "class": "epoch"})
         t = ET.SubElement(svg, "text", x=f"{x + 3:.1f}", y=str(TOP - 10), fill="#333")
@@ -290,27 +300,43 @@ def render_png(model: TimelineModel, path: Path) -> None:
 
     matplotlib.use("Agg", force=True)
     from matplotlib import pyplot as plt
+    from matplotlib.collections import PolyCollection
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     n = len(model.rows)
     fig_w = max(8.0, min(18.0, 0.16 * model.n_events + 3))
-    fig, ax = plt.subplots(figsize=(fig_w, 1.6 + 0.45 * n), dpi=100)
+    # Past a few hundred trials rows get thinner, up to a 60-inch figure, labels dropped.
+    fig, ax = plt.subplots(figsize=(fig_w, 1.6 + min(0.45 * n, 60.0)), dpi=100)
     try:
+        # One collection for every span and one scatter per failure kind: thousands of
+        # trials draw in seconds, not minutes.
+        boxes, colours = [], []
+        points: dict[str, tuple[list[float], list[float], list[str]]] = {}
         for i, row in enumerate(model.rows):
             y = n - 1 - i
-            ax.broken_barh([(s.start, s.end - s.start) for s in row.spans], (y - 0.35, 0.7),
-                           facecolors=[STATUS_COLOURS.get(s.status, "#cccccc")
-                                       for s in row.spans])
+            for s in row.spans:
+                boxes.append([(s.start, y - 0.35), (s.end, y - 0.35), (s.end, y + 0.35),
+                              (s.start, y + 0.35)])
+                colours.append(STATUS_COLOURS.get(s.status, "#cccccc"))
             for m in row.markers:
-                ax.scatter([m.x + 0.5], [y], marker=MPL_MARKERS.get(m.kind, "o"), s=60,
-                           c=DECISION_COLOURS.get(m.decision, "#888888"), edgecolors="black",
-                           zorder=3)
+                xs, ys, cs = points.setdefault(m.kind, ([], [], []))
+                xs.append(m.x + 0.5)
+                ys.append(y)
+                cs.append(DECISION_COLOURS.get(m.decision, "#888888"))
+        ax.add_collection(PolyCollection(boxes, facecolors=colours, edgecolors="none"))
+        for kind, (xs, ys, cs) in points.items():
+            ax.scatter(xs, ys, marker=MPL_MARKERS.get(kind, "o"), s=60 if n <= 50 else 12,
+                       c=cs, edgecolors="black", linewidths=0.8, zorder=3)
         for mark in model.epochs[1:]:
             ax.axvline(mark.x, color="#333", linestyle="--", linewidth=1)
             ax.text(mark.x + 0.3, n - 0.45, f"epoch {mark.epoch}", fontsize=8, va="bottom")
-        ax.set_yticks(range(n))
-        ax.set_yticklabels([f"{r.trial_id} ({r.status})" for r in reversed(model.rows)])
+        if n <= MAX_PNG_LABELS:
+            ax.set_yticks(range(n))
+            ax.set_yticklabels([f"{r.trial_id} ({r.status})" for r in reversed(model.rows)])
+        else:
+            ax.set_yticks([])
+            ax.set_ylabel(f"{n} trials (too many to label; the SVG/HTML timeline has them)")
         ax.set_xlim(0, max(model.n_events, 1))
         ax.set_ylim(-0.6, n - 0.4 + 0.3)
         ax.set_xlabel("event order")
