@@ -5,7 +5,10 @@ importable without Ray or a database. The event log lives in :mod:`statemachine.
 Tune integration in :mod:`statemachine.tune` and the replay CLI in :mod:`statemachine.cli`.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from statemachine.domain.classify import classify
+from statemachine.domain.compiled import apply_compiled, fold_compiled
 from statemachine.domain.events import (
     EVENT_TYPES,
     CheckpointSaved,
@@ -32,37 +35,83 @@ from statemachine.domain.failures import (
     TrialError,
 )
 from statemachine.domain.machine import TransitionRecord, apply, fold
-from statemachine.domain.policy import ExhaustionAction, RetryPolicy
+from statemachine.domain.policy import (
+    COUNT_PREEMPTION_ENV,
+    RESTORE_RETRY_ENV,
+    ExhaustionAction,
+    RetryPolicy,
+)
 from statemachine.domain.state import Counters, TrialState
 from statemachine.domain.status import Decision, Status
 from statemachine.exceptions import (
+    ConcurrencyError,
     EventDecodeError,
+    FencedError,
     InvalidTransitionError,
+    NotAnEventLogError,
     PolicyError,
+    SchemaVersionError,
     StateMachineError,
+    StoreError,
+    StoreNotFoundError,
+    UnknownExperimentError,
+    UnknownTrialError,
 )
+from statemachine.log import (
+    EventStore,
+    ExperimentLog,
+    StoredEvent,
+    VerifyResult,
+    replay_experiment,
+    replay_trial,
+    verify,
+)
+
+if TYPE_CHECKING:
+    from statemachine.tune import EventLogCallback
+
+
+def __getattr__(name: str) -> Any:
+    # The Tune callback imports Ray; load it only when asked for.
+    if name == "EventLogCallback":
+        from statemachine.tune import EventLogCallback
+
+        return EventLogCallback
+    raise AttributeError(f"module 'statemachine' has no attribute {name!r}")
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "COUNT_PREEMPTION_ENV",
     "EVENT_TYPES",
+    "RESTORE_RETRY_ENV",
     "AbortError",
     "ActorError",
     "CheckpointSaved",
     "CheckpointsDiscarded",
+    "ConcurrencyError",
     "Counters",
     "Decision",
     "Event",
     "EventDecodeError",
+    "EventLogCallback",
+    "EventStore",
     "ExhaustionAction",
+    "ExperimentLog",
+    "FencedError",
     "InvalidTransitionError",
+    "NotAnEventLogError",
     "PolicyError",
     "PolicySet",
     "RestoreError",
     "RestoreSucceeded",
     "RetryPolicy",
+    "SchemaVersionError",
     "StateMachineError",
     "Status",
+    "StoreError",
+    "StoreNotFoundError",
+    "StoredEvent",
     "TrainingError",
     "TransitionRecord",
     "TrialAdded",
@@ -75,10 +124,18 @@ __all__ = [
     "TrialStarted",
     "TrialState",
     "TrialStopped",
+    "UnknownExperimentError",
+    "UnknownTrialError",
+    "VerifyResult",
     "__version__",
     "apply",
+    "apply_compiled",
     "classify",
     "decode_event",
     "encode_event",
     "fold",
+    "fold_compiled",
+    "replay_experiment",
+    "replay_trial",
+    "verify",
 ]
