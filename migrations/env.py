@@ -10,18 +10,20 @@ Two ways in:
 from __future__ import annotations
 
 import os
+from logging.config import fileConfig
 
 from alembic import context
-from sqlalchemy import pool
 from sqlalchemy.engine import Connection
 
-from statemachine.log.engine import to_url
+from statemachine.log.engine import WRITER, make_engine, to_url
 from statemachine.log.schema import metadata
 
 URL_ENV = "STATEMACHINE_DB_URL"
 
 config = context.config
 target_metadata = metadata
+if config.config_file_name is not None and "connection" not in config.attributes:
+    fileConfig(config.config_file_name)  # the command line: log what is applied
 
 
 def _url() -> str:
@@ -58,12 +60,13 @@ def run_migrations_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    from sqlalchemy import create_engine
-
-    engine = create_engine(_url(), poolclass=pool.NullPool)
+    # The command line: one transaction for the whole run (SQLite: BEGIN IMMEDIATE, so a
+    # migration interrupted half-way leaves the database as it was).
+    engine = make_engine(_url(), writable=True)
     with engine.connect() as conn:
-        _configure(conn)
-        with context.begin_transaction():
+        conn = conn.execution_options(**{WRITER: True})
+        with conn.begin():
+            _configure(conn)
             context.run_migrations()
     engine.dispose()
 
