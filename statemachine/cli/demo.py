@@ -23,8 +23,9 @@ from typing import Any
 
 import click
 
+from statemachine.cli.commands.explain import print_explanation
 from statemachine.cli.db import DEFAULT_LOG_FILENAME, BadInput, open_store
-from statemachine.cli.explain import describe_policy, explain_trial
+from statemachine.cli.explain import explain_trial
 from statemachine.cli.output import Output, json_option
 from statemachine.cli.reading import decode_trial, fold_states, session_ends
 from statemachine.cli.schema import trial_row
@@ -181,11 +182,7 @@ def demo(out: Output, workdir: Path | None, as_json: bool) -> int:
     )
     say("")
     say(f"$ trial-replay --db {folder} explain {NAME} {chosen}")
-    out.text(explanation.summary, style="bold")
-    out.text(f"Policy that applied: {describe_policy(explanation.state.policy)}.")
-    for step in explanation.steps:
-        where = f"seq {step.seq:>3}" if step.position is not None else "       "
-        out.text(f"  {where} epoch {step.epoch}: {step.text}")
+    print_explanation(out, explanation)
     say("")
     say(f"Try: trial-replay --db {folder} timeline {NAME} -o timeline.html")
     return out.exit_code

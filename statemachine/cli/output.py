@@ -16,6 +16,7 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from statemachine.domain.status import Status
 
@@ -92,6 +93,15 @@ class Output:
                 cells[index] = f"[{STATUS_STYLE[cells[index]]}]{cells[index]}[/]"
             table.add_row(*cells)
         self.console.print(table)
+
+    def lines(self, rows: Iterable[tuple[str, str]]) -> None:
+        """Two columns without borders: a short label, then text wrapped under itself."""
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(no_wrap=True, style="dim")
+        grid.add_column(overflow="fold")
+        for label, text in rows:
+            grid.add_row(label, Text(text))
+        self.console.print(grid)
 
     def text(self, line: str = "", *, style: str | None = None) -> None:
         """Print one line of (rich-markup-free) text."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from statemachine.cli.db import open_store
-from statemachine.cli.explain import describe_policy, explain_trial
+from statemachine.cli.explain import Explanation, describe_policy, explain_trial
 from statemachine.cli.output import Output, json_option
 from statemachine.cli.reading import decode_trial, require_trial, session_ends
 
@@ -26,11 +26,20 @@ def explain(out: Output, experiment: str, trial_id: str, as_json: bool) -> int:
     if as_json:
         out.json(explanation.to_dict(experiment))
         return out.exit_code
+    print_explanation(out, explanation)
+    return out.exit_code
+
+
+def print_explanation(out: Output, explanation: Explanation) -> None:
+    """The explanation for people: summary, policy, then one wrapped line per step."""
     out.text(explanation.summary, style="bold")
     out.text(f"Policy that applied: {describe_policy(explanation.state.policy)}.")
     out.text()
-    for step in explanation.steps:
-        where = f"seq {step.seq:>3}" if step.position is not None else "       "
-        epoch = f" epoch {step.epoch}" if step.epoch is not None else ""
-        out.text(f"  {where}{epoch}: {step.text}")
-    return out.exit_code
+    out.lines(
+        (
+            (f"seq {step.seq:>3}" if step.position is not None else " " * 7)
+            + (f" epoch {step.epoch}" if step.epoch is not None else ""),
+            step.text,
+        )
+        for step in explanation.steps
+    )
