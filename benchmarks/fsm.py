@@ -14,7 +14,8 @@ Two tables, every number a median over several rounds with the min and max besid
    as the baseline. The baseline lives only here; before timing, it is checked to reach the
    very same final states as the fold, so it does the same work.
 
-Run: ``python -m benchmarks.fsm`` (from the repository root).
+Run: ``python -m benchmarks.fsm`` (from the repository root) for both tables; the fold and
+decode figures are also section ``fold`` of ``python -m benchmarks`` (:func:`run`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import transitions
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.harness import Context, interleaved, per_unit
 from statemachine.domain.compiled import apply_compiled, fold_compiled
 from statemachine.domain.events import (
     EVENT_TYPES,
@@ -484,6 +486,76 @@ def main(rounds: int, budget: float, trials: int) -> None:
     decode_table.add_row("decode_event (registry, version, typed fields)", *_fmt(checked),
                          f"{checked[0] / unchecked[0]:.1f}x")
     console.print(decode_table)
+
+
+# ---------------------------------------------------------------- in the harness
+
+
+def run(ctx: Context) -> None:
+    """Section ``fold`` of ``python -m benchmarks``: fold and decode cost per event."""
+    trials = ctx.size(2_000, 200)
+    histories = generate_history(trials)
+    count = sum(len(events) for _, events in histories)
+    for trial_id, events in histories:  # every path must do the same work
+        expected = fold(trial_id, events)[0]
+        assert fold_baseline(trial_id, events) == expected, trial_id
+        assert fold_compiled(trial_id, events) == expected, trial_id
+
+    def each(step: Callable[[str, list[Event]], Any]) -> Callable[[], None]:
+        return lambda: [step(trial_id, events) for trial_id, events in histories] and None
+
+    def apply_all(trial_id: str, events: list[Event]) -> None:
+        state = TrialState(trial_id)
+        for event in events:
+            apply_compiled(state, event)
+
+    times = interleaved({
+        "baseline": each(fold_baseline),
+        "transitions": each(fold),
+        "apply_compiled": each(apply_all),
+        "fold_compiled": each(fold_compiled),
+    }, ctx.rounds)
+    stats = {name: per_unit(t, count) for name, t in times.items()}
+    table = ctx.report.table(
+        "fold", f"Fold cost per event: {trials:,} generated trials, {count:,} valid events",
+        "us/event")
+    base = stats["baseline"]
+    table.add("plain dict table, hand-written, same guards (baseline)", base)
+    table.add("transitions Machine: fold (the definition, live path)", stats["transitions"],
+              versus=base)
+    table.add("compiled from the Machine: apply_compiled (records)", stats["apply_compiled"],
+              versus=base)
+    table.add("compiled from the Machine: fold_compiled (bulk replay)", stats["fold_compiled"],
+              versus=base)
+
+    stored = [encode_event(e) for _, events in histories for e in events]
+
+    def decode_checked() -> None:
+        for type_name, version, payload in stored:
+            decode_event(type_name, version, payload)
+
+    def decode_unchecked() -> None:
+        for type_name, _, payload in stored:
+            construct_unchecked(type_name, payload)
+
+    decode = interleaved({"unchecked": decode_unchecked, "checked": decode_checked}, ctx.rounds)
+    unchecked = per_unit(decode["unchecked"], len(stored))
+    table.add("decode a stored payload: cls(**payload), no checks (baseline)", unchecked)
+    table.add("decode a stored payload: decode_event (version, typed fields)",
+              per_unit(decode["checked"], len(stored)), versus=unchecked)
+    table.note("Before timing, the dict table and fold_compiled are checked to reach the very "
+               "same final state as the transitions fold on every trial.")
+    ctx.report.print_table(table)
+
+
+def construct_unchecked(type_name: str, payload: dict[str, Any]) -> Event:
+    """An event from its stored payload without any check (the limit for decoding)."""
+    cls = EVENT_TYPES[type_name]
+    if cls is TrialFailed:
+        return cls(error=TrialError.from_dict(payload["error"]))
+    if cls is PolicySet:
+        return cls(policy=RetryPolicy.from_dict(payload["policy"]))
+    return cls(**payload)
 
 
 if __name__ == "__main__":
