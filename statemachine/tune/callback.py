@@ -95,20 +95,29 @@ class EventLogCallback(Callback):
         policy: the :class:`~statemachine.RetryPolicy` in force. Default: Ray's own
             (``TUNE_RESTORE_RETRY_NUM``, ``RAY_TRAIN_COUNT_PREEMPTION_AS_FAILURE`` and the
             run's ``FailureConfig.max_failures``).
+        busy_timeout_ms: how long one write waits for another process's SQLite write lock
+            before it counts as failed (and is retried later). Default: the log's own
+            (10 s); lower it so a locked log never holds up Tune's loop that long.
 
     Attributes (counts for this driver process):
         events_recorded, events_unwritten, write_failures, events_rejected, hook_errors.
     """
 
-    def __init__(self, url: str | None = None, policy: RetryPolicy | None = None) -> None:
+    def __init__(self, url: str | None = None, policy: RetryPolicy | None = None, *,
+                 busy_timeout_ms: int | None = None) -> None:
         check_ray()
         if policy is not None and not isinstance(policy, RetryPolicy):
             raise TypeError(
                 f"EventLogCallback(policy=...) must be a statemachine.RetryPolicy, "
                 f"got {type(policy).__name__}"
             )
+        if busy_timeout_ms is not None and int(busy_timeout_ms) < 0:
+            raise ValueError(
+                f"EventLogCallback(busy_timeout_ms=...) must be >= 0, got {busy_timeout_ms}"
+            )
         self.url = url
         self.policy = policy
+        self.busy_timeout_ms = busy_timeout_ms
         self._reset_runtime()
 
     # ------------------------------------------------------------------ pickling
@@ -126,11 +135,12 @@ class EventLogCallback(Callback):
         self._summary: dict[str, int] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"url": self.url, "policy": self.policy}
+        return {"url": self.url, "policy": self.policy, "busy_timeout_ms": self.busy_timeout_ms}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.url = state["url"]
         self.policy = state["policy"]
+        self.busy_timeout_ms = state.get("busy_timeout_ms")
         self._reset_runtime()
 
     # ------------------------------------------------------------------ counts
@@ -178,11 +188,15 @@ class EventLogCallback(Callback):
                   flush=True)
         experiment = self.experiment
         storage_path = trial.storage.experiment_fs_path
+        options: dict[str, Any] = {}
+        if self.busy_timeout_ms is not None:
+            options["busy_timeout_ms"] = int(self.busy_timeout_ms)
 
         def open_log() -> Any:
             from statemachine.log import ExperimentLog
 
-            return ExperimentLog.open(url, experiment, policy, storage_path=storage_path)
+            return ExperimentLog.open(url, experiment, policy, storage_path=storage_path,
+                                      **options)
 
         self._recorder = Recorder(open_log, policy)
         self._recorder.open()

@@ -90,6 +90,7 @@ class Recorder:
         """Events the fold refused (not valid in the trial's folded state)."""
         self.dead: list[tuple[PendingEvent, str]] = []
         """Events the log refused for good, with the reason."""
+        self._failing = False  # a write failed and nothing was written since
 
     # ------------------------------------------------------------------ reading
 
@@ -114,6 +115,7 @@ class Recorder:
             log = self._open_log()
         except Exception as exc:  # the store is reported, never raised
             self.write_failures += 1
+            self._failing = True
             self._blocked_until = time.monotonic() + self.cooldown_s
             logger.warning("statemachine: cannot open the event log: %s", exc)
             return False
@@ -170,12 +172,21 @@ class Recorder:
             return len(self._queue)
         if not self.open():
             return len(self._queue)
+        written = 0
         while self._queue:
-            pending = self._queue[0]
-            if not self._write(pending):
-                break
+            if not self._write(self._queue[0]):
+                self._failing = True
+                return len(self._queue)
             self._queue.popleft()
-        return len(self._queue)
+            written += 1
+        if self._failing:
+            self._failing = False
+            logger.warning(
+                "statemachine: the event log is writable again: %d queued event(s) written "
+                "late (%d failed write attempt(s) so far)", written,
+                self.write_failures,
+            )
+        return 0
 
     def _write(self, pending: PendingEvent) -> bool:
         from statemachine import exceptions

@@ -1,0 +1,80 @@
+"""A tiny real trainable for the fault scenarios, leaving side files the tests count from.
+
+In the control folder ``config["ctl"]`` (shared by the test, the driver and Ray's actors):
+- ``beat-<trial>-<i>-<n>``: written when iteration ``i`` starts training (``n``: a counter, so
+  an iteration repeated after a restore leaves another file);
+- ``failed-<trial>-<i>``: written (once per trial and iteration) right before iteration ``i``
+  raises ``ValueError``: the failures that really happened;
+- ``saved-<trial>-<i>``: a checkpoint of iteration ``i`` was saved (its folder holds
+  ``state.json`` with ``{"i": i}``, so a stored ``CheckpointSaved`` path is read back to ``i``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ray import tune
+
+
+def touch_once(path: Path) -> bool:
+    """Create ``path``; True only for the caller that created it."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
+
+
+def beats(ctl: Path) -> int:
+    """How many training iterations started so far (all trials, repeats included)."""
+    return len(list(ctl.glob("beat-*")))
+
+
+def failures_that_happened(ctl: Path) -> dict[str, int]:
+    """``{trial_id: number of failures its trainable raised}`` from the side files."""
+    counts: dict[str, int] = {}
+    for path in ctl.glob("failed-*"):
+        trial_id = path.name.split("-")[1]
+        counts[trial_id] = counts.get(trial_id, 0) + 1
+    return counts
+
+
+def checkpoint_iteration(path: str | Path) -> int:
+    """The iteration a checkpoint folder saved (from its ``state.json``)."""
+    return int(json.loads(Path(path, "state.json").read_text())["i"])
+
+
+class Steps(tune.Trainable):
+    """Counts iterations, sleeping ``sleep`` seconds in each; fails once at each ``fail_at``.
+
+    config: ``ctl`` (folder), ``iters``, ``sleep`` (seconds), ``fail_at`` (iterations that
+    raise ``ValueError`` once per trial).
+    """
+
+    def setup(self, config: dict[str, Any]) -> None:
+        self.ctl = Path(config["ctl"])
+        self.i = 0
+
+    def step(self) -> dict[str, Any]:
+        self.i += 1
+        if self.i in self.config.get("fail_at", ()) and touch_once(
+            self.ctl / f"failed-{self.trial_id}-{self.i}"
+        ):
+            raise ValueError(f"training failed at iteration {self.i}")
+        n = 0
+        while not touch_once(self.ctl / f"beat-{self.trial_id}-{self.i}-{n}"):
+            n += 1
+        time.sleep(self.config.get("sleep", 0.0))
+        return {"score": self.i, "done": self.i >= self.config["iters"]}
+
+    def save_checkpoint(self, checkpoint_dir: str) -> None:
+        Path(checkpoint_dir, "state.json").write_text(json.dumps({"i": self.i}))
+        (self.ctl / f"saved-{self.trial_id}-{self.i}").write_text(str(time.time()))
+
+    def load_checkpoint(self, checkpoint_dir: str) -> None:
+        self.i = checkpoint_iteration(checkpoint_dir)

@@ -1,0 +1,313 @@
+"""The store fails under a real Tune run: PostgreSQL restarted, SQLite locked, the disk full.
+
+Each test runs a real Tune experiment (one shared ``ray.init`` for the module) with the
+``EventLogCallback``, injects the fault from another thread or process while the trial trains,
+lifts it a few seconds later, and ends with :func:`check_log`: every checkpoint and failure the
+trainable really made is in the log exactly once, the log holds exactly the events the driver
+folded, and ``verify`` (library and ``trial-replay verify``) passes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from tests.faults.fault_trainables import Steps, beats, checkpoint_iteration
+from tests.faults.faultkit import Figures, LogCount, captured, check_log
+
+pytestmark = [pytest.mark.faults, pytest.mark.ray]
+
+ITERS, SLEEP = 14, 0.3
+OUTAGE_S = 3.0
+
+
+def under_ci_or_skip(reason: str) -> None:
+    """Skip with ``reason``; under ``CI`` a scenario that cannot run is a failure."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI is set: the fault scenarios must run)")
+    pytest.skip(reason)
+
+
+class Fault(threading.Thread):
+    """Once the trial has started ``after`` iterations: ``inject()``, wait, ``lift()``."""
+
+    def __init__(self, ctl: Path, inject: Callable[[], None], lift: Callable[[], None], *,
+                 after: int = 3, seconds: float = OUTAGE_S) -> None:
+        super().__init__(daemon=True)
+        self.ctl, self.inject, self.lift = ctl, inject, lift
+        self.after, self.seconds = after, seconds
+        self.injected_at = self.lifted_at = 0.0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            deadline = time.monotonic() + 120
+            while beats(self.ctl) < self.after:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the trial never trained")
+                time.sleep(0.05)
+            self.injected_at = time.time()
+            try:
+                self.inject()
+                time.sleep(self.seconds)
+            finally:
+                self.lift()
+                self.lifted_at = time.time()
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+
+def run_tune(tmp_path: Path, name: str, callback: Any) -> Any:
+    """One trial of ``Steps`` (a checkpoint every iteration, one failure at iteration 6)."""
+    from ray import tune
+
+    ctl = tmp_path / "ctl"
+    tuner = tune.Tuner(
+        Steps,
+        param_space={"ctl": str(ctl), "iters": ITERS, "sleep": SLEEP, "fail_at": [6]},
+        run_config=tune.RunConfig(
+            name=name, storage_path=str(tmp_path / "results"), callbacks=[callback],
+            verbose=0, failure_config=tune.FailureConfig(max_failures=3),
+            checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1),
+        ),
+    )
+    return tuner.fit()
+
+
+def side_files(ctl: Path) -> dict[str, Counter[Any]]:
+    """The checkpoints and failures the trainable really made."""
+    return {
+        "checkpoints": Counter(
+            (p.name.split("-")[1], int(p.name.split("-")[2])) for p in ctl.glob("saved-*")
+        ),
+        "failures": Counter(p.name.split("-")[1] for p in ctl.glob("failed-*")),
+    }
+
+
+def stored_kinds(log: LogCount) -> dict[str, Counter[Any]]:
+    """The same kinds as :func:`side_files`, read back from the log."""
+    return {
+        "checkpoints": Counter(
+            (r.trial_id, checkpoint_iteration(r.event.checkpoint))
+            for r in log.of_type("CheckpointSaved")
+        ),
+        "failures": Counter(r.trial_id for r in log.of_type("TrialFailed")),
+    }
+
+
+def outage_scenario(
+    tmp_path: Path, name: str, url: str, callback: Any, fault: Fault, *, scenario: str,
+    injected: str, reliability: Callable[[Figures], None],
+) -> tuple[Figures, list[str]]:
+    """Run Tune with ``fault`` injected, check that Tune went on and the log is whole."""
+    (tmp_path / "ctl").mkdir()
+    with captured() as messages:
+        fault.start()
+        try:
+            grid = run_tune(tmp_path, name, callback)
+        finally:
+            fault.join(timeout=120)
+    assert fault.error is None, fault.error
+    assert fault.lifted_at, "the fault was never injected"
+    (trial,) = grid._experiment_analysis.trials
+    assert (trial.status, trial.num_failures) == ("TERMINATED", 1), "Tune did not go on"
+    assert grid[0].metrics["training_iteration"] == ITERS
+    assert callback.write_failures >= 1, f"the fault never hit a write: {messages}"
+    assert callback.events_unwritten == 0 and callback.events_rejected == 0
+    assert callback.hook_errors == 0
+    log_rows = check_log(
+        url, name, scenario=scenario, injected=injected, times=1,
+        expected=side_files(tmp_path / "ctl"), found=stored_kinds,
+        shadow=dict(callback._recorder.states), reliability=reliability,
+        details={"write_failures": callback.write_failures,
+                 "outage_s": round(fault.lifted_at - fault.injected_at, 1)},
+    )
+    assert log_rows.events_written == callback.events_recorded
+    return log_rows, messages
+
+
+def written_late(url: str, name: str, fault: Fault, ctl: Path) -> int:
+    """Checkpoints the trainable saved during the fault that the log recorded after it."""
+    from statemachine.log import EventStore
+
+    saved_at = {int(p.name.split("-")[2]): float(p.read_text()) for p in ctl.glob("saved-*")}
+    with EventStore.open(url, create=False) as store:
+        rows = [r for r in store.read_experiment(name) if r.type_name == "CheckpointSaved"]
+    return sum(
+        1 for r in rows
+        if fault.injected_at < saved_at[checkpoint_iteration(r.event.checkpoint)]
+        < fault.lifted_at <= r.recorded_at.timestamp() + 0.5
+    )
+
+
+# ------------------------------------------------------------------ PostgreSQL restarted
+
+
+def pg_cluster_command(pg_server_url: str) -> list[str]:
+    """``pg_ctlcluster --skip-systemctl-redirect VERSION main`` for the test server, or skip."""
+    tool = shutil.which("pg_ctlcluster")
+    versions = sorted(os.listdir("/etc/postgresql")) if os.path.isdir("/etc/postgresql") else []
+    url = make_url(pg_server_url)
+    if tool is None or len(versions) != 1:
+        under_ci_or_skip("cannot control the PostgreSQL server: no pg_ctlcluster or no "
+                         "single cluster in /etc/postgresql")
+    if url.host not in ("127.0.0.1", "localhost") or (url.port or 5432) != 5432:
+        under_ci_or_skip(f"the test PostgreSQL server {url.host}:{url.port} is not the local "
+                         "cluster this test can restart")
+    if os.geteuid() != 0:
+        under_ci_or_skip("stopping and starting PostgreSQL needs root")
+    return [tool, "--skip-systemctl-redirect", versions[0], "main"]  # type: ignore[list-item]
+
+
+@pytest.fixture
+def pg_restart(pg_server_url: str) -> Iterator[tuple[Callable[[], None], Callable[[], None]]]:
+    """``(stop, start)`` of the local PostgreSQL cluster; it is running again at the end."""
+    command = pg_cluster_command(pg_server_url)
+
+    def ctl(action: str) -> None:
+        subprocess.run([*command, action], check=True, timeout=60, capture_output=True)
+
+    def running() -> bool:
+        return subprocess.run(["pg_isready", "-h", "127.0.0.1", "-p", "5432", "-q"],
+                              timeout=10).returncode == 0
+
+    try:
+        yield (lambda: ctl("stop")), (lambda: ctl("start"))
+    finally:
+        if not running():
+            ctl("start")
+        for _ in range(60):
+            if running():
+                break
+            time.sleep(0.5)
+
+
+@pytest.mark.postgres
+def test_postgres_restarted_mid_run(
+    ray_cluster: None, tmp_path: Path, pg_url: str, pg_restart: Any,
+    reliability: Callable[[Figures], None],
+) -> None:
+    from statemachine.tune import EventLogCallback
+
+    stop, start = pg_restart
+    ctl = tmp_path / "ctl"
+    fault = Fault(ctl, stop, start)
+    callback = EventLogCallback(url=pg_url)
+    figures, messages = outage_scenario(
+        tmp_path, "pg-restart", pg_url, callback, fault, scenario="PostgreSQL restarted mid-run",
+        injected="server stopped for 3 s (pg_ctlcluster stop/start) while the trial trains",
+        reliability=reliability)
+    assert any("WARNING" in m and "failed" in m and "queued" in m for m in messages), messages
+    assert any("writable again" in m for m in messages), messages
+    assert written_late(pg_url, "pg-restart", fault, ctl) >= 1
+    assert figures.events_written > 0
+
+
+# ------------------------------------------------------------------ SQLite locked
+
+LOCKER = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print("LOCKED", flush=True)
+time.sleep(float(sys.argv[2]))
+conn.execute("COMMIT")
+"""
+
+
+def test_sqlite_locked_by_another_process(
+    ray_cluster: None, tmp_path: Path, reliability: Callable[[Figures], None]
+) -> None:
+    from statemachine.tune import EventLogCallback
+
+    db = tmp_path / "log" / "statemachine.db"
+    url = f"sqlite:///{db}"
+    holder: list[subprocess.Popen[str]] = []
+
+    def lock() -> None:
+        proc = subprocess.Popen([sys.executable, "-c", LOCKER, str(db), str(OUTAGE_S)],
+                                stdout=subprocess.PIPE, text=True)
+        holder.append(proc)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "LOCKED"
+
+    def unlock() -> None:
+        for proc in holder:
+            proc.wait(timeout=30)
+
+    ctl = tmp_path / "ctl"
+    fault = Fault(ctl, lock, unlock, seconds=0.0)
+    # The lock is held 3 s, ten times the busy timeout: writes wait, fail, and are retried.
+    callback = EventLogCallback(url=url, busy_timeout_ms=300)
+    _, messages = outage_scenario(
+        tmp_path, "sqlite-locked", url, callback, fault, scenario="SQLite write-locked",
+        injected="another process holds BEGIN IMMEDIATE for 3 s (busy timeout 0.3 s)",
+        reliability=reliability)
+    assert any("locked" in m for m in messages), messages
+    assert any("writable again" in m for m in messages), messages
+    assert written_late(url, "sqlite-locked", fault, ctl) >= 1
+
+
+# ------------------------------------------------------------------ the disk fills
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs mounted for the test (skipped when mounting is not permitted)."""
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        under_ci_or_skip(f"cannot mount a tmpfs to fill: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(folder: Path) -> int:
+    """Write a filler file until the filesystem is full; returns its size."""
+    chunk = b"\0" * 65536
+    size = 0
+    with (folder / "filler").open("wb", buffering=0) as out:
+        while True:
+            try:
+                size += out.write(chunk)
+            except OSError:
+                break
+        for step in (4096, 512, 1):
+            while True:
+                try:
+                    size += out.write(b"\0" * step)
+                except OSError:
+                    break
+    return size
+
+
+def test_disk_fills_up(
+    ray_cluster: None, tmp_path: Path, small_disk: Path, reliability: Callable[[Figures], None]
+) -> None:
+    from statemachine.tune import EventLogCallback
+
+    url = f"sqlite:///{small_disk / 'statemachine.db'}"
+    ctl = tmp_path / "ctl"
+    fault = Fault(ctl, lambda: fill(small_disk), lambda: (small_disk / "filler").unlink())
+    callback = EventLogCallback(url=url)
+    _, messages = outage_scenario(
+        tmp_path, "disk-full", url, callback, fault, scenario="Disk full",
+        injected="the log's 4 MiB tmpfs filled to the last byte for 3 s, then freed",
+        reliability=reliability)
+    assert any("disk is full" in m for m in messages), messages
+    assert any("writable again" in m for m in messages), messages
+    assert written_late(url, "disk-full", fault, ctl) >= 1
