@@ -237,7 +237,7 @@ def main(
     singles: int, rounds: int, trials: int, synchronous: str, postgres: bool, pg_url: str
 ) -> None:
     """Print the event log's figures beside their baselines."""
-    console = Console()
+    console = Console(width=150)
     rows: list[tuple] = []
     with tempfile.TemporaryDirectory() as tmp:
         sqlite = Backend(

@@ -412,11 +412,9 @@ class EventStore:
                 last_seq == expected,
             )
         )
-        return (
-            insert(events)
-            .from_select([events.c[name] for name in _INSERTED], source)
-            .returning(events.c.position)
-        )
+        statement = insert(events).from_select([events.c[name] for name in _INSERTED], source)
+        # SQLite: the new rowid is the cursor's lastrowid (cheaper than a RETURNING result).
+        return statement if not self._postgres else statement.returning(events.c.position)
 
     @staticmethod
     def _row(
@@ -478,9 +476,11 @@ class EventStore:
                     # Stamped under the write lock: times follow commit order, and an event
                     # of a fenced epoch is always stamped before the newer session began.
                     row["recorded_at"] = utcnow()
-                    position = self._append_one.execute(
-                        conn, {**row, "expected_seq": expected_seq}
-                    ).scalar()
+                    result = self._append_one.execute(conn, {**row, "expected_seq": expected_seq})
+                    if self._postgres:
+                        position = result.scalar()
+                    else:
+                        position = result.lastrowid if result.rowcount == 1 else None
                     if position is None:
                         return self._diagnose(conn, session, [row])[0]
                 return self._as_stored(row, position, session.experiment)
