@@ -157,5 +157,23 @@ class Prepared:
         return conn.exec_driver_sql(self.sql, self.params(values))  # type: ignore[arg-type]
 
     def execute_many(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
-        """Run the statement for every row (the driver's ``executemany``) on ``conn``."""
-        conn.exec_driver_sql(self.sql, [self.params(row) for row in rows])  # type: ignore[arg-type]
+        """Run the statement for every row (the driver's ``executemany``) on ``conn``.
+
+        A value shared by consecutive rows (a batch's one timestamp) is processed once.
+        """
+        memo: dict[str, tuple[Any, Any]] = {}
+        processors = self._processors
+
+        def value(name: str, raw: Any) -> Any:
+            if name not in processors:
+                return raw
+            seen = memo.get(name)
+            if seen is None or seen[0] is not raw:
+                seen = memo[name] = (raw, processors[name](raw))
+            return seen[1]
+
+        if self._positional:
+            params: list[Any] = [tuple(value(n, row[n]) for n in self._names) for row in rows]
+        else:
+            params = [{n: value(n, row[n]) for n in self._names} for row in rows]
+        conn.exec_driver_sql(self.sql, params)

@@ -12,10 +12,12 @@ from statemachine.domain.machine import TransitionRecord
 from statemachine.domain.policy import RetryPolicy
 from statemachine.exceptions import EventDecodeError
 
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
 
 def dump_json(value: Any) -> str:
     """The one JSON form the log writes (sorted keys, compact): equal values, equal text."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(value)  # json.dumps would build an encoder per call
 
 
 def load_json(text: str | None, what: str) -> Any:
