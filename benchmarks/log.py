@@ -3,10 +3,10 @@
     python benchmarks/log.py                 # SQLite and PostgreSQL (if reachable)
     python benchmarks/log.py --no-postgres --trials 2000
 
-Figures (median of several rounds, alternating ours and the baseline so both see the same
-machine state):
+Figures (medians, ours and the baseline alternating so both see the same machine state):
 - one durable ``ExperimentLog.record`` vs a raw driver insert + commit of the same row into
-  the same (migrated) schema: ``sqlite3`` at the same ``synchronous`` level, psycopg;
+  the same (migrated) schema: ``sqlite3`` at the same ``synchronous`` level, psycopg; the two
+  take turns operation by operation and the medians are compared;
 - group commit: ``record_many`` of 1,000 events vs raw ``executemany`` in one transaction;
 - rehydrating N trials x 20 events from snapshots, and by full replay, vs a raw fetch of
   every event row.
@@ -68,6 +68,22 @@ def per_op(fn: Callable[[], None], ops: int) -> float:
     return (time.perf_counter() - start) / ops * 1e6
 
 
+def interleaved(ours: Callable[[], None], base: Callable[[], None], ops: int) -> tuple:
+    """Median us of one operation, ours and the baseline taking turns op by op (fair when the
+    machine's load or the disk's latency drifts during the run)."""
+    a, b = [], []
+    clock = time.perf_counter
+    for _ in range(ops):
+        t0 = clock()
+        base()
+        t1 = clock()
+        ours()
+        t2 = clock()
+        b.append(t1 - t0)
+        a.append(t2 - t1)
+    return statistics.median(a) * 1e6, statistics.median(b) * 1e6
+
+
 def compare(ours: Callable[[], None], base: Callable[[], None], ops: int, rounds: int) -> tuple:
     """Median us/op of ours and of the baseline, alternating rounds."""
     a, b = [], []
@@ -110,8 +126,7 @@ def bench_writes(backend: Backend, singles: int, rounds: int) -> list[tuple]:
     counter = iter(range(10**9))
 
     def ours_single() -> None:
-        for _ in range(singles):
-            log.record("single", CheckpointSaved(f"c{next(counter)}"))
+        log.record("single", CheckpointSaved(f"c{next(counter)}"))
 
     def ours_group() -> None:
         n = next(counter)
@@ -143,16 +158,15 @@ def bench_writes(backend: Backend, singles: int, rounds: int) -> list[tuple]:
         stamp = datetime.now(timezone.utc)
 
     def raw_single() -> None:
-        for _ in range(singles):
-            conn.execute(sql, raw_row(exp_id, "single", next(raw_seq), stamp))
-            conn.commit()
+        conn.execute(sql, raw_row(exp_id, "single", next(raw_seq), stamp))
+        conn.commit()
 
     def raw_group() -> None:
         cursor = conn.cursor()
         cursor.executemany(sql, [raw_row(exp_id, "g", next(raw_seq), stamp) for _ in range(1000)])
         conn.commit()
 
-    single = compare(ours_single, raw_single, singles, rounds)
+    single = interleaved(ours_single, raw_single, singles * rounds)
     group = compare(ours_group, raw_group, 1000, rounds)
     log.close()
     conn.close()
@@ -227,12 +241,14 @@ def pg_schema_url(server_url: str) -> tuple[str, Callable[[], None]] | None:
 
 
 @click.command()
-@click.option("--singles", default=300, show_default=True, help="Records per single round.")
+@click.option("--singles", default=300, show_default=True, help="Single records per round.")
 @click.option("--rounds", default=7, show_default=True, help="Rounds per figure (median).")
 @click.option("--trials", default=10_000, show_default=True, help="Trials to rehydrate.")
 @click.option("--synchronous", default="FULL", show_default=True, help="SQLite level.")
 @click.option("--postgres/--no-postgres", default=True, show_default=True)
-@click.option("--pg-url", default=lambda: os.environ.get("STATEMACHINE_TEST_PG_URL", DEFAULT_PG_URL))
+@click.option(
+    "--pg-url", default=lambda: os.environ.get("STATEMACHINE_TEST_PG_URL", DEFAULT_PG_URL)
+)
 def main(
     singles: int, rounds: int, trials: int, synchronous: str, postgres: bool, pg_url: str
 ) -> None:
