@@ -90,7 +90,7 @@ def _measure(ctx: Context, trials: int) -> dict[str, list[float]]:
 
 def run(ctx: Context) -> None:
     """Measure and print the ``open`` table, and the scaling points for the plot."""
-    sizes = (200, 2_000) if ctx.quick else (1_000, 10_000, 100_000)
+    sizes = (100, 1_000) if ctx.quick else (1_000, 10_000, 100_000)
     table = ctx.report.table("open", "Open an experiment of N trials x 20 events with snapshots "
                              "(SQLite)", "ms")
     per_trial: dict[int, float] = {}

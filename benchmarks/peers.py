@@ -280,7 +280,7 @@ def _event_store_rows(ctx: Context, backend: str, trials: int) -> None:
                  "SQLITE_DBNAME": str(ctx.workdir / f"es-{uuid.uuid4().hex[:8]}.db")},
                 trials, rebuilds["es"]),
         }
-        times = interleaved(works, ctx.rounds)
+        times = interleaved(works, min(ctx.rounds, 3))
     else:
         schemas: list[Any] = []
 
@@ -305,7 +305,7 @@ def _event_store_rows(ctx: Context, backend: str, trials: int) -> None:
                 "raw": pg_raw,
                 "ours": lambda: ours_round(fresh()[0], trials, rebuilds["ours"]),
                 "es": pg_es,
-            }, ctx.rounds)
+            }, min(ctx.rounds, 3))
         finally:
             for manager in schemas:
                 manager.__exit__(None, None, None)
@@ -400,7 +400,7 @@ def run(ctx: Context) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("eventsourcing").setLevel(logging.WARNING)
     os.environ.setdefault("SQLALCHEMY_WARN_20", "0")
-    aggregates = ctx.size(1_000, 50)
+    aggregates = ctx.size(1_000, 10)
     _event_store_rows(ctx, "SQLite", aggregates)
     if ctx.pg_url:
         _event_store_rows(ctx, "PostgreSQL", aggregates)
@@ -408,4 +408,4 @@ def run(ctx: Context) -> None:
         skipped = ctx.report.table("peers", "PostgreSQL: eventsourcing", "us/event")
         skipped.skip("PostgreSQL", ctx.pg_reason)
         ctx.report.print_table(skipped)
-    _optuna_rows(ctx, ctx.size(300, 30))
+    _optuna_rows(ctx, ctx.size(300, 10))

@@ -47,13 +47,13 @@ def interleaved_events(total: int, active: int = 500) -> Iterator[list[tuple[str
         yield chunk
 
 
-def build(url: str, total: int) -> int:
+def build(url: str, total: int, active: int = 500) -> int:
     """Record the experiment; returns the number of events."""
     count = 0
     log = ExperimentLog.open(url, EXPERIMENT, POLICY, snapshot_every=10**9,
                              sqlite_synchronous="OFF")
     try:
-        for chunk in interleaved_events(total):
+        for chunk in interleaved_events(total, active):
             for start in range(0, len(chunk), 5_000):
                 log.record_many(chunk[start:start + 5_000])
             count += len(chunk)
@@ -90,7 +90,7 @@ def run(ctx: Context) -> None:
     """Measure and print the ``replay`` table."""
     url = ctx.sqlite_url("replay")
     path = url.removeprefix("sqlite:///")
-    events = build(url, ctx.size(1_000_000, 20_000))
+    events = build(url, ctx.size(1_000_000, 5_000), active=ctx.size(500, 50))
     store = EventStore.open(url, create=False)
     try:
         expected = raw_read_dict_fold(path)
