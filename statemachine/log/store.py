@@ -121,6 +121,12 @@ def _counters_json(counters: Counters) -> str:
     return dump_json(counters._asdict())
 
 
+def _chunks(items: list[str], size: int = 5_000) -> Iterator[list[str]]:
+    """``items`` in slices small enough for an ``IN`` list (SQLite caps bound parameters)."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
 def _suggest(name: str, candidates: Iterable[str]) -> list[str]:
     return difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.5)
 
@@ -501,7 +507,7 @@ class EventStore:
             return []
         now = utcnow()
         rows = [self._row(session, r, r.event_id or _new_event_id(), now) for r in requests]
-        trials = sorted({r.trial_id for r in requests})
+        trials = [r.trial_id for r in requests]
         with self._lock, translated("appending a batch of events", self._url):
             try:
                 with self._write() as conn:
@@ -512,16 +518,7 @@ class EventStore:
                             )
                         )
                     ).scalar()
-                    last = dict(
-                        conn.execute(
-                            select(events.c.trial_id, func.max(events.c.seq))
-                            .where(
-                                events.c.experiment_id == session.experiment_id,
-                                events.c.trial_id.in_(trials),
-                            )
-                            .group_by(events.c.trial_id)
-                        ).all()
-                    )
+                    last = self._last_seqs(conn, session.experiment_id, trials)
                     if epoch != session.epoch or not self._chained(requests, last):
                         return self._diagnose(conn, session, rows)
                     now = utcnow()  # under the lock, as in append()
@@ -530,14 +527,16 @@ class EventStore:
                     # A plain executemany (RETURNING in parameter order would make SQLite
                     # insert row by row); the positions are read back by event id.
                     self._insert_many.execute_many(conn, rows)
-                    positions = dict(
-                        conn.execute(
-                            select(events.c.event_id, events.c.position).where(
-                                events.c.experiment_id == session.experiment_id,
-                                events.c.event_id.in_([row["event_id"] for row in rows]),
-                            )
-                        ).all()
-                    )
+                    positions: dict[str, int] = {}
+                    for ids in _chunks([row["event_id"] for row in rows]):
+                        positions.update(
+                            conn.execute(
+                                select(events.c.event_id, events.c.position).where(
+                                    events.c.experiment_id == session.experiment_id,
+                                    events.c.event_id.in_(ids),
+                                )
+                            ).all()
+                        )
                 return [
                     self._as_stored(row, positions[row["event_id"]], session.experiment)
                     for row in rows
@@ -546,6 +545,20 @@ class EventStore:
                 pass
             with self._write() as conn:
                 return self._diagnose(conn, session, rows)
+
+    @staticmethod
+    def _last_seqs(conn: Connection, experiment_id: int, trials: Iterable[str]) -> dict[str, int]:
+        """Each trial's last seq (trials without events are absent)."""
+        last: dict[str, int] = {}
+        for chunk in _chunks(sorted(set(trials))):
+            last.update(
+                conn.execute(
+                    select(events.c.trial_id, func.max(events.c.seq))
+                    .where(events.c.experiment_id == experiment_id, events.c.trial_id.in_(chunk))
+                    .group_by(events.c.trial_id)
+                ).all()
+            )
+        return last
 
     @staticmethod
     def _chained(requests: Sequence[AppendRequest], last: dict[str, int]) -> bool:
@@ -563,10 +576,10 @@ class EventStore:
         """Why an append stored nothing: an idempotent retry (return it), fenced, or a conflict."""
         found = {
             r.event_id: r
+            for ids in _chunks([row["event_id"] for row in rows])
             for r in conn.execute(
                 select(*_EVENT_COLUMNS).where(
-                    events.c.experiment_id == session.experiment_id,
-                    events.c.event_id.in_([row["event_id"] for row in rows]),
+                    events.c.experiment_id == session.experiment_id, events.c.event_id.in_(ids)
                 )
             )
         }
@@ -594,16 +607,7 @@ class EventStore:
                     row["seq"] - 1,
                     other.seq,
                 )
-        last = dict(
-            conn.execute(
-                select(events.c.trial_id, func.max(events.c.seq))
-                .where(
-                    events.c.experiment_id == session.experiment_id,
-                    events.c.trial_id.in_({row["trial_id"] for row in rows}),
-                )
-                .group_by(events.c.trial_id)
-            ).all()
-        )
+        last = self._last_seqs(conn, session.experiment_id, [row["trial_id"] for row in rows])
         running: dict[str, int] = {}
         for row in rows:
             trial = row["trial_id"]
@@ -792,16 +796,7 @@ class EventStore:
             ).scalar_one()
             if epoch != session.epoch:
                 raise FencedError(session.experiment, session.epoch, epoch)
-            last = dict(
-                conn.execute(
-                    select(events.c.trial_id, func.max(events.c.seq))
-                    .where(
-                        events.c.experiment_id == session.experiment_id,
-                        events.c.trial_id.in_({s.trial_id for s in states}),
-                    )
-                    .group_by(events.c.trial_id)
-                ).all()
-            )
+            last = self._last_seqs(conn, session.experiment_id, [s.trial_id for s in states])
             for s in states:
                 if s.seq > last.get(s.trial_id, 0):
                     raise StoreError(

@@ -196,6 +196,15 @@ class StoreContract:
         assert store.append_batch(session, batch) == first
         assert len(store.read_trial("exp", "a")) == 2
 
+    def test_batch_larger_than_the_bound_parameter_cap(self, store: EventStore) -> None:
+        session = store.start_session("exp", policy=POLICY)
+        many = [AppendRequest(f"t{i}", TrialAdded(), 0) for i in range(33_000)]  # > 32,766
+        stored = store.append_batch(session, many)
+        assert len({e.position for e in stored}) == 33_000
+        assert len(store.list_trials("exp")) == 33_000
+        states = [TrialState(f"t{i}", seq=1) for i in range(33_000)]
+        assert store.save_snapshots(session, states) == 33_000
+
     # ------------------------------------------------------------ fencing
 
     def test_older_session_is_fenced_out(self, store: EventStore) -> None:
