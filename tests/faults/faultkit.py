@@ -46,10 +46,10 @@ class Figures:
 
 
 def cli_verify(url: str, experiment: str) -> dict[str, Any]:
-    """``trial-replay --db URL verify EXP --json``: exit code, and its JSON."""
+    """``trial-replay --db URL verify --json -- EXP``: exit code, and its JSON."""
     from statemachine.cli import cli
 
-    result = CliRunner().invoke(cli, ["--db", url, "verify", experiment, "--json"],
+    result = CliRunner().invoke(cli, ["--db", url, "verify", "--json", "--", experiment],
                                 catch_exceptions=False)
     data = json.loads(result.stdout) if result.stdout.strip() else {}
     return {"exit_code": result.exit_code, "json": data, "stderr": result.stderr}

@@ -1,14 +1,23 @@
-"""The store fails under a real Tune run: PostgreSQL restarted, SQLite locked, the disk full.
+"""Faults inside one Tune driver (one shared ``ray.init`` for the module).
 
-Each test runs a real Tune experiment (one shared ``ray.init`` for the module) with the
+The store fails under a real Tune run: PostgreSQL restarted, SQLite locked, the disk full.
+Each of these runs a real Tune experiment (one shared ``ray.init`` for the module) with the
 ``EventLogCallback``, injects the fault from another thread or process while the trial trains,
 lifts it a few seconds later, and ends with :func:`check_log`: every checkpoint and failure the
 trainable really made is in the log exactly once, the log holds exactly the events the driver
 folded, and ``verify`` (library and ``trial-replay verify``) passes.
+
+Checkpoint deletion is safe: a real Tune ``Trial`` with real storage on disk is driven through
+the ``EventLogCallback`` (``restart_from_scratch`` with ``delete_discarded_checkpoints``): its
+own checkpoints are deleted; checkpoint paths the log was told about that lead elsewhere
+(another trial's folder, a ``..`` path, a symlink leading out, the trial folder itself, a
+look-alike sibling) are refused, logged one by one, and left exactly as they were, and the
+log still verifies.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -311,3 +320,117 @@ def test_disk_fills_up(
     assert any("disk is full" in m for m in messages), messages
     assert any("writable again" in m for m in messages), messages
     assert written_late(url, "disk-full", fault, ctl) >= 1
+
+
+# ------------------------------------------------------------------ checkpoint deletion
+
+
+def make_trial(tmp_path: Path, experiment: str) -> Any:
+    """A real Tune trial stored under ``tmp_path/results``."""
+    from ray.train._internal.storage import StorageContext
+    from ray.tune.experiment import Trial
+
+    storage = StorageContext(storage_path=str(tmp_path / "results"),
+                             experiment_dir_name=experiment)
+    trial = Trial("__fake", stub=True, storage=storage, max_failures=3)
+    trial.init_local_path()
+    return trial
+
+
+def checkpoint_dir(folder: Path) -> str:
+    """A checkpoint folder with a file in it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "state.json").write_text('{"i": 1}')
+    return str(folder)
+
+
+def tree(folder: Path) -> dict[str, str]:
+    """Every file (following no link) under ``folder`` with its hash."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()}
+
+
+def test_checkpoint_deletion_stays_inside_the_trial(
+    ray_cluster: None, tmp_path: Path, reliability: Callable[[Figures], None]
+) -> None:
+    from ray.train import Checkpoint
+    from ray.train._internal.session import _TrainingResult
+
+    from statemachine.domain.policy import ExhaustionAction, RetryPolicy
+    from statemachine.tune import EventLogCallback
+
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    policy = RetryPolicy(max_failures=3, restore_retry_num=0, delete_discarded_checkpoints=True,
+                         on_restore_exhausted=ExhaustionAction.RESTART_FROM_SCRATCH)
+    callback = EventLogCallback(url=url, policy=policy)
+    callback.setup()
+    trial = make_trial(tmp_path, "ckpt-safety")
+    trial_dir = Path(trial.storage.trial_fs_path)
+    neighbour = make_trial(tmp_path, "ckpt-safety")
+    outside = tmp_path / "precious"
+    checkpoint_dir(outside)
+    theirs = checkpoint_dir(Path(neighbour.storage.trial_fs_path) / "checkpoint_000000")
+    own = [checkpoint_dir(trial_dir / f"checkpoint_00000{i}") for i in range(2)]
+    # A legitimate checkpoint that holds a symlink leading out: the link goes, not its target.
+    (Path(own[0]) / "data").symlink_to(outside, target_is_directory=True)
+    (trial_dir / "escape").symlink_to(outside, target_is_directory=True)
+    hostile = {
+        "another trial's checkpoint": theirs,
+        "'..' in the path": f"{trial_dir}/../{Path(theirs).parent.name}/checkpoint_000000",
+        "a symlink leading out": str(trial_dir / "escape"),
+        "a path through that symlink": str(trial_dir / "escape" / "checkpoint_000000"),
+        "the trial folder itself": str(trial_dir),
+        "a look-alike sibling folder": checkpoint_dir(Path(f"{trial_dir}_x") / "checkpoint_0"),
+    }
+    before = {name: tree(Path(path)) for name, path in
+              [("outside", str(outside)), ("neighbour", str(Path(theirs).parent)),
+               ("sibling", hostile["a look-alike sibling folder"])]}
+
+    callback.on_step_begin(iteration=0, trials=[trial])
+    with captured() as messages:
+        try:
+            callback.on_trial_start(iteration=0, trials=[trial], trial=trial)
+            for path in own:
+                trial.run_metadata.checkpoint_manager.register_checkpoint(
+                    _TrainingResult(checkpoint=Checkpoint(path=path), metrics={}))
+                callback.on_checkpoint(iteration=0, trials=[], trial=trial,
+                                       checkpoint=Checkpoint(path=path))
+            for path in hostile.values():  # the log is told of checkpoints it must not delete
+                callback.on_checkpoint(iteration=0, trials=[], trial=trial,
+                                       checkpoint=Checkpoint(path=path))
+            trial.handle_error(RuntimeError("training failed"))
+            callback.on_trial_start(iteration=0, trials=[trial], trial=trial)
+            trial.temporary_state.restoring_from = trial.latest_checkpoint_result
+            trial.handle_error(OSError("checkpoint unreadable"))  # retries 0: from scratch
+        finally:
+            callback.on_experiment_end(trials=[trial])
+
+    for path in own:
+        assert not Path(path).exists(), f"{path} (the trial's own) was not deleted"
+    assert trial_dir.is_dir() and (trial_dir / "escape").is_symlink()
+    assert {name: tree(Path(path)) for name, path in
+            [("outside", str(outside)), ("neighbour", str(Path(theirs).parent)),
+             ("sibling", hostile["a look-alike sibling folder"])]} == before
+    refusals = [m for m in messages if "not deleting checkpoint" in m]
+    for reason, path in hostile.items():
+        assert any(path in m for m in refusals), (reason, refusals)
+    assert len(refusals) == len(hostile)
+    assert any("'..'" in m for m in refusals) and any("symlink" in m for m in refusals)
+    assert any("not inside the trial directory" in m for m in refusals)
+
+    expected_paths = Counter([*own, *hostile.values()])
+
+    def found(log: LogCount) -> dict[str, Counter[Any]]:
+        (discarded,) = log.of_type("CheckpointsDiscarded")
+        assert discarded.event.deleted is False  # not every folder could go
+        return {"discarded": Counter(discarded.event.checkpoints)}
+
+    check_log(
+        url, "ckpt-safety", scenario="Checkpoint deletion",
+        injected="restart_from_scratch with deletion, the log holding 6 paths that lead out "
+                 "of the trial (other trial, '..', symlink out, through it, the trial folder, "
+                 "a look-alike sibling) beside the trial's own 2",
+        times=len(hostile), expected={"discarded": expected_paths}, found=found,
+        shadow=dict(callback._recorder.states), reliability=reliability,
+        details={"deleted": len(own), "refused": len(refusals)},
+    )
