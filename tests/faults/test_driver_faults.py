@@ -83,6 +83,20 @@ def restorable(experiment: Path) -> bool:
     return any(experiment.glob("experiment_state*.json"))
 
 
+def sessions_of(db: Path, experiment: str) -> int:
+    """How many driver sessions the log holds for ``experiment`` (0 before it exists)."""
+    from statemachine.exceptions import StoreError
+    from statemachine.log import EventStore
+
+    if not db.exists():
+        return 0
+    try:
+        with EventStore.open(db, create=False) as store:
+            return len(store.list_sessions(experiment))
+    except StoreError:  # not migrated yet, or no such experiment yet
+        return 0
+
+
 def test_kill_minus_nine_loop(tmp_path: Path, reliability: Callable[[Figures], None]) -> None:
     seed = int(os.environ.get("STATEMACHINE_FAULT_SEED", time.time_ns() % 1_000_000))
     rng = random.Random(seed)
@@ -151,7 +165,11 @@ def test_two_drivers_resume_the_same_experiment(
 ) -> None:
     ctl, storage, name = tmp_path / "ctl", tmp_path / "results", "doubled"
     ctl.mkdir()
-    config = {"ctl": str(ctl), "iters": 40, "sleep": 0.25, "fail_at": []}
+    # From iteration 3 on the trial waits while ctl/hold exists: the older driver is still
+    # training when the newer one takes the experiment over, however slow the machine.
+    (ctl / "hold").touch()
+    config = {"ctl": str(ctl), "iters": 8, "sleep": 0.2, "fail_at": [], "hold_from": 3}
+    db = storage / name / "statemachine.db"
     older = newer = None
     try:
         older = Driver("fit", storage, name, config, 1, tmp_path / "older.json",
@@ -160,6 +178,8 @@ def test_two_drivers_resume_the_same_experiment(
         wait_for("the experiment state", lambda: restorable(storage / name), older)
         newer = Driver("restore", storage, name, config, 1, tmp_path / "newer.json",
                        tmp_path / "newer.log")
+        wait_for("the newer driver's session", lambda: sessions_of(db, name) >= 2, newer)
+        (ctl / "hold").unlink()
         first = older.finish(timeout=180)
         second = newer.finish(timeout=180)
     finally:

@@ -358,7 +358,7 @@ def assert_decodes_or_refuses(type_name: Any, version: Any, payload: Any) -> Non
     assert again == event
 
 
-@settings(max_examples=2500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     type_name=st.sampled_from(sorted(EVENT_TYPES)) | st.text(max_size=20),
     version=st.integers(-3, 4) | st.sampled_from([None, "1", 1.0, True]),
@@ -368,7 +368,7 @@ def test_fuzz_decode_event_random(type_name: Any, version: Any, payload: Any) ->
     assert_decodes_or_refuses(type_name, version, payload)
 
 
-@settings(max_examples=2500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_fuzz_decode_event_mutated(data: st.DataObject) -> None:
     """A real event's payload with one field removed, replaced or added."""
@@ -385,7 +385,7 @@ def test_fuzz_decode_event_mutated(data: st.DataObject) -> None:
     assert_decodes_or_refuses(type_name, version, payload)
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(text=st.text(max_size=60) | JSON.map(json.dumps))
 def test_fuzz_stored_payload_text(text: str) -> None:
     """Whatever text sits in the payload column, reading the row raises only our error."""
