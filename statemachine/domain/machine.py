@@ -224,7 +224,9 @@ def add_checkpoint(ed: EventData) -> None:
     event = ed.kwargs["event"]
     assert isinstance(event, CheckpointSaved)
     state = _state(ed)
-    kept = tuple(c for c in state.checkpoints if c != event.checkpoint)
+    kept = state.checkpoints
+    if event.checkpoint in kept:  # saved again: it moves to the end (the scan only then)
+        kept = tuple(c for c in kept if c != event.checkpoint)
     state.checkpoints = (*kept, event.checkpoint)[-CHECKPOINT_HISTORY:]
 
 
