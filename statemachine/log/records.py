@@ -99,7 +99,9 @@ class StoredEvent:
     def counters(self) -> dict[str, int] | None:
         """The trial's counters after this event, as recorded (``None`` if not recorded)."""
         value = load_json(self.counters_json, self._where("counters"))
-        return value if value is None else dict(value)
+        if value is not None and not isinstance(value, dict):
+            raise EventDecodeError(f"{self._where('counters')} is not a JSON object")
+        return value
 
     @property
     def event(self) -> Event:

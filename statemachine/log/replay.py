@@ -46,7 +46,8 @@ class TrialReplay:
         state: the state after the last event folded.
         steps: each folded event with its transition record (empty when not asked for).
         halted_at: the first event the fold could not apply (``None``: all were applied).
-        halt_reason: why (an invalid transition under a what-if policy, an undecodable row).
+        halt_reason: why (an invalid transition under a what-if policy, a row whose event or
+            recorded counters do not decode).
     """
 
     trial_id: str
@@ -69,7 +70,9 @@ def fold_stored(
     replay = TrialReplay(trial_id, state.copy() if state is not None else TrialState(trial_id))
     for item in stored:
         try:
-            record = step(replay.state, item.event, policy)
+            event = item.event
+            _ = item.counters  # a row is whole only if its recorded counters parse too
+            record = step(replay.state, event, policy)
         except (InvalidTransitionError, EventDecodeError) as exc:
             replay.halted_at, replay.halt_reason = item, str(exc)
             break
@@ -116,7 +119,9 @@ def replay_experiment(
         if replay.halted_at is not None:
             continue
         try:
-            record = apply_compiled(replay.state, item.event, policy)
+            event = item.event
+            _ = item.counters  # a row is whole only if its recorded counters parse too
+            record = apply_compiled(replay.state, event, policy)
         except (InvalidTransitionError, EventDecodeError) as exc:
             replay.halted_at, replay.halt_reason = item, str(exc)
             continue

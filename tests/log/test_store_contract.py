@@ -288,6 +288,12 @@ class StoreContract:
         assert read[0].event == stored[0].event
         with pytest.raises(EventDecodeError, match="position"):
             _ = read[1].event
+        with store.engine.begin() as conn:
+            conn.execute(
+                update(events).where(events.c.position == stored[2].position).values(counters="[1]")
+            )
+        with pytest.raises(EventDecodeError, match=r"counters .* not a JSON object"):
+            _ = store.read_trial("exp", "t1")[2].counters
 
     # ------------------------------------------------------------ snapshots
 
