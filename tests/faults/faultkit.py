@@ -68,6 +68,10 @@ class LogCount:
     def of_type(self, type_name: str) -> list[Any]:
         return [row for row in self.rows if row.type_name == type_name]
 
+    def of_trial(self, trial_id: str) -> list[Any]:
+        """The rows of one trial."""
+        return [row for row in self.rows if row.trial_id == trial_id]
+
     @property
     def repeated_ids(self) -> int:
         """Rows whose (trial, event id) or (trial, seq) another row already has."""

@@ -8,6 +8,7 @@ from statemachine.cli.db import open_store
 from statemachine.cli.output import Output, json_option
 from statemachine.cli.reading import require_trial
 from statemachine.cli.schema import event_row
+from statemachine.exceptions import EventDecodeError
 
 
 @click.command("show")
@@ -20,7 +21,14 @@ def show(out: Output, experiment: str, trial_id: str, as_json: bool) -> int:
     before -> after, decision, counters after."""
     with open_store(out.db) as store:
         require_trial(store, experiment, trial_id)
-        rows = [event_row(r) for r in store.read_trial(experiment, trial_id)]
+        stored = store.read_trial(experiment, trial_id)
+        rows = [event_row(r) for r in stored]
+    for row in stored:  # a corrupted row is shown with its recorded columns, and named
+        try:
+            row.event  # noqa: B018 - decoding is the check
+            row.counters  # noqa: B018
+        except EventDecodeError as exc:
+            out.warn(f"{exc}; the row is shown with its recorded columns")
     if as_json:
         out.json({"experiment": experiment, "trial_id": trial_id, "events": rows})
         return out.exit_code
