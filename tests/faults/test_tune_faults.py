@@ -66,25 +66,30 @@ class Fault(threading.Thread):
                 if time.monotonic() > deadline:
                     raise TimeoutError("the trial never trained")
                 time.sleep(0.05)
-            self.injected_at = time.time()
             try:
                 self.inject()
+                self.injected_at = time.time()  # the fault is in place from here
                 time.sleep(self.seconds)
             finally:
-                self.lift()
-                self.lifted_at = time.time()
+                self.lifted_at = time.time()  # ... until at least here
+                try:
+                    self.lift()
+                finally:  # the trial's last iteration waited for the fault to be lifted
+                    (self.ctl / "hold").unlink(missing_ok=True)
         except BaseException as exc:  # reported by the test
             self.error = exc
 
 
 def run_tune(tmp_path: Path, name: str, callback: Any) -> Any:
-    """One trial of ``Steps`` (a checkpoint every iteration, one failure at iteration 6)."""
+    """One trial of ``Steps``: a checkpoint every iteration, one failure at iteration 6, the
+    last iteration held while ``ctl/hold`` exists."""
     from ray import tune
 
     ctl = tmp_path / "ctl"
     tuner = tune.Tuner(
         Steps,
-        param_space={"ctl": str(ctl), "iters": ITERS, "sleep": SLEEP, "fail_at": [6]},
+        param_space={"ctl": str(ctl), "iters": ITERS, "sleep": SLEEP, "fail_at": [6],
+                     "hold_from": ITERS},
         run_config=tune.RunConfig(
             name=name, storage_path=str(tmp_path / "results"), callbacks=[callback],
             verbose=0, failure_config=tune.FailureConfig(max_failures=3),
@@ -119,8 +124,13 @@ def outage_scenario(
     tmp_path: Path, name: str, url: str, callback: Any, fault: Fault, *, scenario: str,
     injected: str, reliability: Callable[[Figures], None],
 ) -> tuple[Figures, list[str]]:
-    """Run Tune with ``fault`` injected, check that Tune went on and the log is whole."""
+    """Run Tune with ``fault`` injected, check that Tune went on and the log is whole.
+
+    The trial's last iteration waits until the fault is lifted (however slow the machine,
+    the run cannot end while the store is still down).
+    """
     (tmp_path / "ctl").mkdir()
+    (tmp_path / "ctl" / "hold").touch()
     with captured() as messages:
         fault.start()
         try:
@@ -156,7 +166,7 @@ def written_late(url: str, name: str, fault: Fault, ctl: Path) -> int:
     return sum(
         1 for r in rows
         if fault.injected_at < saved_at[checkpoint_iteration(r.event.checkpoint)]
-        < fault.lifted_at <= r.recorded_at.timestamp() + 0.5
+        < fault.lifted_at <= r.recorded_at.timestamp()
     )
 
 
@@ -226,11 +236,11 @@ def test_postgres_restarted_mid_run(
 # ------------------------------------------------------------------ SQLite locked
 
 LOCKER = """
-import sqlite3, sys, time
+import sqlite3, sys
 conn = sqlite3.connect(sys.argv[1], isolation_level=None)
 conn.execute("BEGIN IMMEDIATE")
 print("LOCKED", flush=True)
-time.sleep(float(sys.argv[2]))
+sys.stdin.read()  # held until the test closes our stdin
 conn.execute("COMMIT")
 """
 
@@ -245,17 +255,19 @@ def test_sqlite_locked_by_another_process(
     holder: list[subprocess.Popen[str]] = []
 
     def lock() -> None:
-        proc = subprocess.Popen([sys.executable, "-c", LOCKER, str(db), str(OUTAGE_S)],
+        proc = subprocess.Popen([sys.executable, "-c", LOCKER, str(db)], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True)
         holder.append(proc)
         assert proc.stdout is not None and proc.stdout.readline().strip() == "LOCKED"
 
     def unlock() -> None:
         for proc in holder:
+            assert proc.stdin is not None
+            proc.stdin.close()
             proc.wait(timeout=30)
 
     ctl = tmp_path / "ctl"
-    fault = Fault(ctl, lock, unlock, seconds=0.0)
+    fault = Fault(ctl, lock, unlock)
     # The lock is held 3 s, ten times the busy timeout: writes wait, fail, and are retried.
     callback = EventLogCallback(url=url, busy_timeout_ms=300)
     _, messages = outage_scenario(
