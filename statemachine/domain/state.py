@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -100,7 +101,7 @@ class TrialState:
         return cls(
             trial_id=data["trial_id"],
             status=Status(data["status"]),
-            policy=RetryPolicy.from_dict(data["policy"]),
+            policy=_policy_from_dict(data["policy"]),
             failures=data["failures"],
             restore_failures=data["restore_failures"],
             total_restore_failures=data["total_restore_failures"],
@@ -111,3 +112,24 @@ class TrialState:
             last_decision=Decision(data["last_decision"]) if data["last_decision"] else None,
             seq=data["seq"],
         )
+
+
+def _policy_from_dict(data: dict[str, Any]) -> RetryPolicy:
+    """``RetryPolicy.from_dict``, shared: the trials of an experiment carry the same policy.
+
+    Opening an experiment decodes one snapshot per trial; validating the same policy 100,000
+    times was most of that cost. Policies are frozen, so one instance can serve every trial.
+    """
+    try:
+        key = tuple(
+            (name, tuple(value) if isinstance(value, list) else value)
+            for name, value in sorted(data.items())
+        )
+        return _decoded_policy(key)
+    except (TypeError, AttributeError):  # not a policy we wrote: from_dict says why
+        return RetryPolicy.from_dict(data)
+
+
+@functools.lru_cache(maxsize=256)
+def _decoded_policy(key: tuple[tuple[str, Any], ...]) -> RetryPolicy:
+    return RetryPolicy.from_dict(dict(key))
