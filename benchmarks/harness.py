@@ -79,6 +79,31 @@ def interleaved(works: dict[str, Work], rounds: int) -> dict[str, list[float]]:
     return times
 
 
+def interleaved_ops(ops: dict[str, Work], count: int, rounds: int) -> dict[str, list[float]]:
+    """Seconds per round of each path doing ``count`` operations, interleaved op by op.
+
+    For short operations (one commit): every operation of every path is timed on its own,
+    the paths taking turns (rotating who goes first), so a load spike or a slow disk moment
+    hits every path alike. A round's figure is the sum over its operations (so rare costs,
+    such as a snapshot every 100 records or a WAL checkpoint, are counted, not hidden).
+    """
+    names = list(ops)
+    clock = time.perf_counter
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for _ in range(rounds):
+        gc.collect()
+        totals = dict.fromkeys(names, 0.0)
+        for i in range(count):
+            shift = i % len(names)
+            for name in names[shift:] + names[:shift]:
+                start = clock()
+                ops[name]()
+                totals[name] += clock() - start
+        for name in names:
+            times[name].append(totals[name])
+    return times
+
+
 def per_unit(seconds: list[float], units: int, scale: float = 1e6) -> Stat:
     """Rounds of ``units`` units each, as (default) microseconds per unit."""
     return Stat.of([s / units * scale for s in seconds])
