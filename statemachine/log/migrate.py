@@ -85,6 +85,24 @@ def has_event_tables(conn: Connection) -> bool:
     return any(name in names for name in TABLE_NAMES)
 
 
+def refuse_foreign(conn: Connection, revision: str | None, url: str) -> None:
+    """Raise :class:`NotAnEventLogError` for another application's Alembic-managed database.
+
+    A revision this code does not know is a newer statemachine only where the event log's
+    tables exist; without them (another application may well have an ``events`` table) the
+    stamp is another application's.
+    """
+    if revision is None or revision in known_revisions():
+        return
+    names = set(inspect(conn).get_table_names())
+    if not all(name in names for name in TABLE_NAMES):
+        raise NotAnEventLogError(
+            f"{describe(url)} is not a statemachine event log: it holds another application's "
+            f"schema (Alembic revision {revision!r}) without the event log's tables; give "
+            "the event log a database (or PostgreSQL schema) of its own"
+        )
+
+
 def check_revision(revision: str | None, url: str, *, writable: bool) -> None:
     """Refuse a database this code must not use; ``writable`` allows an older one.
 
@@ -131,6 +149,7 @@ def upgrade(engine: Engine) -> str:
                     {"key": _PG_MIGRATION_LOCK},
                 )
             revision = current_revision(conn)
+            refuse_foreign(conn, revision, url)
             check_revision(revision, url, writable=True)
             if revision is None and has_event_tables(conn):
                 raise NotAnEventLogError(

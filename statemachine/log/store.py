@@ -43,7 +43,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from statemachine.domain.events import Event, TrialFailed, encode_event
 from statemachine.domain.machine import TransitionRecord
@@ -202,17 +202,37 @@ class EventStore:
                 migrate.upgrade(engine)
             else:
                 cls._check_readable(engine, url)
-        except OperationalError as exc:
+        except (SQLAlchemyError, StoreError) as exc:
             engine.dispose()
-            if "does not exist" in str(exc.orig):
-                raise StoreNotFoundError(
-                    f"no event log at {describe(url)}: the database does not exist"
-                ) from exc
-            raise StoreError(f"cannot open the event log at {describe(url)}: {exc.orig}") from exc
+            typed = cls._open_error(exc, url)
+            if typed is exc:
+                raise
+            raise typed from exc
         except BaseException:
             engine.dispose()
             raise
         return cls(engine, url, writable=create)
+
+    @staticmethod
+    def _open_error(exc: SQLAlchemyError | StoreError, url: str) -> StoreError:
+        """The typed error for a failed open (raw or already translated driver errors)."""
+        if isinstance(exc, StoreError) and type(exc) is not StoreError:
+            return exc  # already precise: SchemaVersionError, NotAnEventLogError, ...
+        cause = exc.__cause__ if isinstance(exc, StoreError) else exc
+        original = cause.orig if isinstance(cause, DBAPIError) and cause.orig else cause
+        message = (str(original).strip().splitlines() or [type(original).__name__])[0]
+        if "does not exist" in message:
+            return StoreNotFoundError(
+                f"no event log at {describe(url)}: the database does not exist"
+            )
+        if "file is not a database" in message:  # SQLite, on any other file
+            return NotAnEventLogError(
+                f"{describe(url)} is not a statemachine event log ({message}); check the path "
+                "or URL"
+            )
+        if isinstance(exc, StoreError):
+            return exc
+        return StoreError(f"cannot open the event log at {describe(url)}: {message}")
 
     @staticmethod
     def _check_readable(engine: Engine, url: str) -> None:
@@ -223,6 +243,7 @@ class EventStore:
                     f"{describe(url)} is not a statemachine event log (it has no event log "
                     "schema); check the path or URL"
                 )
+            migrate.refuse_foreign(conn, revision, url)
         migrate.check_revision(revision, url, writable=False)
 
     @property

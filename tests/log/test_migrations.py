@@ -104,6 +104,19 @@ class MigrationContract:
         assert current_revision(engine) is None
         engine.dispose()
 
+    def test_another_applications_alembic_schema_is_not_an_event_log(self, url: str) -> None:
+        engine = create_engine(url)
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)"))
+            conn.execute(text("INSERT INTO alembic_version VALUES ('a1b2c3d4e5f6')"))
+            conn.execute(text("CREATE TABLE events (id INTEGER PRIMARY KEY)"))
+        for create in (True, False):
+            with pytest.raises(NotAnEventLogError, match="another application"):
+                EventStore.open(url, create=create)
+        assert current_revision(engine) == "a1b2c3d4e5f6"
+        assert not set(inspect(engine).get_table_names()) & {"experiments", "snapshots"}
+        engine.dispose()
+
 
 class TestSQLiteMigrations(MigrationContract):
     @pytest.fixture
@@ -115,6 +128,15 @@ class TestSQLiteMigrations(MigrationContract):
         with pytest.raises(StoreNotFoundError, match="does not exist"):
             EventStore.open(missing, create=False)
         assert not missing.exists() and not missing.parent.exists()
+
+    def test_a_file_that_is_not_a_database_is_refused_and_left_alone(self, tmp_path: Path) -> None:
+        notes = tmp_path / "notes.db"
+        notes.write_text("these are my notes, not a database\n" * 100)
+        for create in (False, True):
+            with pytest.raises(NotAnEventLogError, match="not a statemachine event log"):
+                EventStore.open(notes, create=create)
+        assert notes.read_text() == "these are my notes, not a database\n" * 100
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.db"]
 
     def test_bare_path_is_a_sqlite_file(self, tmp_path: Path) -> None:
         path = tmp_path / "sub" / "exp.db"
