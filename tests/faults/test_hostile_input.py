@@ -347,12 +347,6 @@ def test_another_applications_database_is_refused_and_left_alone(tmp_path: Path)
     assert folder_state(tmp_path) == before
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "statemachine.log (log owner): an unknown Alembic revision is always taken for a newer "
-    "statemachine (migrate.check_revision), so another application's database is answered "
-    "with 'upgrade statemachine to open it'; it should be NotAnEventLogError when none of "
-    "the event log's tables exists (reading in EventStore._check_readable, writing in "
-    "migrate.upgrade)"))
 def test_another_applications_database_is_named_as_not_an_event_log(tmp_path: Path) -> None:
     from statemachine.exceptions import NotAnEventLogError
     from statemachine.log import EventStore
@@ -361,8 +355,26 @@ def test_another_applications_database_is_named_as_not_an_event_log(tmp_path: Pa
     before = folder_state(tmp_path)
     code, _, err = run_cli("--db", other, "experiments")
     assert code == 2 and "not a statemachine event log" in err and "upgrade" not in err
+    assert "another application's schema (Alembic revision '3f2a9c1b7d10')" in err
+    assert folder_state(tmp_path) == before
     with pytest.raises(NotAnEventLogError):  # a driver pointed at it: refused, not migrated
         EventStore.open(other).close()
+    with closing(sqlite3.connect(other)) as conn:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert tables == {"events", "alembic_version"}
+        assert conn.execute("SELECT kind, body FROM events").fetchall() == [
+            ("order", '{"sku": 1}')]
+        assert conn.execute("SELECT * FROM alembic_version").fetchall() == [("3f2a9c1b7d10",)]
+
+
+def test_a_file_that_is_not_a_database(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.db"
+    notes.write_text("these are my notes, not a database\n" * 100)
+    before = folder_state(tmp_path)
+    code, _, err = run_cli("--db", notes, "verify")
+    assert code == 2 and "Traceback" not in err
+    (line,) = err.strip().splitlines()
+    assert "notes.db is not a statemachine event log" in line
     assert folder_state(tmp_path) == before
 
 
