@@ -15,7 +15,9 @@ are written every ``snapshot_every`` events of a trial and for every trial at a 
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
@@ -30,6 +32,8 @@ from statemachine.log.engine import DEFAULT_BUSY_TIMEOUT_MS
 from statemachine.log.records import AppendRequest, DriverSession
 from statemachine.log.replay import fold_stored, rehydrate
 from statemachine.log.store import EventStore
+
+logger = logging.getLogger(__name__)
 
 
 class ExperimentLog:
@@ -51,6 +55,7 @@ class ExperimentLog:
         self._snapshot_every = snapshot_every
         self._owns_store = owns_store
         self._closed = False
+        self._lock = threading.RLock()  # one record at a time: fold, append, keep
 
     @classmethod
     def open(
@@ -109,7 +114,8 @@ class ExperimentLog:
 
     def states(self) -> dict[str, TrialState]:
         """Copies of every trial's current state."""
-        return {trial_id: state.copy() for trial_id, state in self._states.items()}
+        with self._lock:
+            return {trial_id: state.copy() for trial_id, state in self._states.items()}
 
     def preview(self, trial_id: str, event: Event) -> TransitionRecord:
         """What recording ``event`` would do (the decision), without writing or changing it."""
@@ -166,6 +172,12 @@ class ExperimentLog:
 
         Events of one trial fold in the order given. The same guarantees as :meth:`record`.
         """
+        with self._lock:
+            return self._record_many(items, event_ids)
+
+    def _record_many(
+        self, items: Iterable[tuple[str, Event]], event_ids: Iterable[str | None] | None
+    ) -> list[TransitionRecord]:
         self._check_open()
         items = list(items)
         ids = list(event_ids) if event_ids is not None else [None] * len(items)
@@ -208,7 +220,12 @@ class ExperimentLog:
                 due.append(work)
             self._states[trial_id] = work
         if due:
-            self.store.save_snapshots(self.session, due)
+            try:
+                self.store.save_snapshots(self.session, due)
+            except StoreError as exc:
+                # The events are stored and kept: a snapshot is only a cache of them, so a
+                # failed one must not turn a durable record into an error (and a retry).
+                logger.warning("statemachine: snapshot not saved, the log is intact: %s", exc)
         return results
 
     def _reload(self, trial_id: str) -> None:
@@ -221,6 +238,10 @@ class ExperimentLog:
 
     def close(self, clean: bool = True) -> None:
         """End the session; a clean close first snapshots every trial. Idempotent."""
+        with self._lock:
+            self._close(clean)
+
+    def _close(self, clean: bool) -> None:
         if self._closed:
             return
         self._closed = True

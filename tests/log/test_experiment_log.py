@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -168,6 +169,23 @@ class LogContract:
         new.close()
         sessions = store.list_sessions("exp")
         assert [(s.epoch, s.clean_end) for s in sessions] == [(1, False), (2, True)]
+
+    def test_threads_may_share_a_log(self, store: EventStore) -> None:
+        log = ExperimentLog.open(store, "exp", POLICY)
+
+        def drive(trial_id: str) -> None:
+            start_with_checkpoint(log, trial_id)
+            for n in range(10):
+                log.record(trial_id, CheckpointSaved(f"{trial_id}_{n}"))
+
+        threads = [threading.Thread(target=drive, args=(f"t{i}",)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert {t: s.seq for t, s in log.states().items()} == {f"t{i}": 15 for i in range(4)}
+        log.close()
+        assert verify(store, "exp").ok
 
     def test_closed_log_refuses_records(self, store: EventStore) -> None:
         log = ExperimentLog.open(store, "exp", POLICY)
