@@ -35,6 +35,12 @@ def beats(ctl: Path) -> int:
     return len(list(ctl.glob("beat-*")))
 
 
+def last_beat_iteration(ctl: Path) -> int:
+    """The iteration of the newest training step that started (0: none yet)."""
+    newest = max(ctl.glob("beat-*"), key=lambda p: p.stat().st_mtime_ns, default=None)
+    return int(newest.name.split("-")[2]) if newest is not None else 0
+
+
 def failures_that_happened(ctl: Path) -> dict[str, int]:
     """``{trial_id: number of failures its trainable raised}`` from the side files."""
     counts: dict[str, int] = {}

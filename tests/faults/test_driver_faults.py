@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.faults.fault_trainables import beats, failures_that_happened
+from tests.faults.fault_trainables import beats, failures_that_happened, last_beat_iteration
 from tests.faults.faultkit import REPO, Figures, LogCount, check_log, read_log, worker_pythonpath
 
 pytestmark = [pytest.mark.faults, pytest.mark.ray, pytest.mark.slow]
@@ -112,8 +112,11 @@ def test_kill_minus_nine_loop(tmp_path: Path, reliability: Callable[[Figures], N
         for k in range(KILLS):
             driver = Driver("fit" if k == 0 else "restore", storage, name, config, 2,
                             tmp_path / f"out-{k}.json", log)
+            # A step whose next iteration does not fail: even a kill that comes late (a
+            # loaded machine) cannot fall between a failure and the driver recording it.
             target = beats(ctl) + rng.randint(1, 2)
-            wait_for(f"iteration {target}", lambda t=target: beats(ctl) >= t, driver)
+            wait_for(f"step {target}", lambda t=target: beats(ctl) >= t
+                     and last_beat_iteration(ctl) + 1 not in config["fail_at"], driver)
             wait_for("the experiment state", lambda: restorable(storage / name), driver)
             # Somewhere inside the step (it sleeps 0.3 s; the next step, which may fail, is
             # only asked for once the driver handled this one's result).
