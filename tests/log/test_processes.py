@@ -12,6 +12,7 @@ import pytest
 
 from statemachine import Decision
 from statemachine.log import EventStore, verify
+from statemachine.log.migrate import current_revision, head_revision
 
 CHILD = Path(__file__).with_name("driver_child.py")
 REPO = Path(__file__).resolve().parents[2]
@@ -97,3 +98,35 @@ def test_restore_counters_survive_a_killed_driver(url: str) -> None:
     with EventStore.open(url, create=False) as store:
         sessions = store.list_sessions("restarts")
     assert [(s.epoch, s.clean_end) for s in sessions] == [(1, None), (2, True)]
+
+
+OPEN_AND_RECORD = """
+import sys
+from statemachine import RetryPolicy, TrialAdded
+from statemachine.log import ExperimentLog
+with ExperimentLog.open(sys.argv[1], sys.argv[2], RetryPolicy()) as log:
+    log.record("t1", TrialAdded())
+"""
+
+
+def test_drivers_racing_to_create_a_new_log(url: str) -> None:
+    """Four drivers (of four experiments) open the same new database at once: the migration
+    runs once, under its lock, and every driver records."""
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", OPEN_AND_RECORD, url, f"race{i}"],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(4)
+    ]
+    for child in children:
+        _, err = child.communicate(timeout=120)
+        assert child.returncode == 0, err
+    with EventStore.open(url, create=False) as store:
+        assert [(e.name, e.trials) for e in store.list_experiments()] == [
+            (f"race{i}", 1) for i in range(4)
+        ]
+        assert current_revision(store.engine) == head_revision()
