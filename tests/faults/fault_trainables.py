@@ -59,8 +59,8 @@ class Steps(tune.Trainable):
     """Counts iterations, sleeping ``sleep`` seconds in each; fails once at each ``fail_at``.
 
     config: ``ctl`` (folder), ``iters``, ``sleep`` (seconds), ``fail_at`` (iterations that
-    raise ``ValueError`` once per trial), ``hold_from`` (from that iteration on, a step waits
-    while the file ``hold`` exists in ``ctl``).
+    raise ``ValueError`` once per trial), ``holds`` (``{file name: iteration}``: from that
+    iteration on, a step waits while that file exists in ``ctl``).
     """
 
     def setup(self, config: dict[str, Any]) -> None:
@@ -73,8 +73,9 @@ class Steps(tune.Trainable):
             self.ctl / f"failed-{self.trial_id}-{self.i}"
         ):
             raise ValueError(f"training failed at iteration {self.i}")
-        while self.i >= self.config.get("hold_from", 1 << 30) and (self.ctl / "hold").exists():
-            time.sleep(0.05)  # held by the test until it lets the trial go on
+        for name, start in self.config.get("holds", {}).items():
+            while self.i >= start and (self.ctl / name).exists():
+                time.sleep(0.05)  # held by the test until it lets the trial go on
         n = 0
         while not touch_once(self.ctl / f"beat-{self.trial_id}-{self.i}-{n}"):
             n += 1

@@ -171,7 +171,7 @@ def test_two_drivers_resume_the_same_experiment(
     # From iteration 3 on the trial waits while ctl/hold exists: the older driver is still
     # training when the newer one takes the experiment over, however slow the machine.
     (ctl / "hold").touch()
-    config = {"ctl": str(ctl), "iters": 8, "sleep": 0.2, "fail_at": [], "hold_from": 3}
+    config = {"ctl": str(ctl), "iters": 8, "sleep": 0.2, "fail_at": [], "holds": {"hold": 3}}
     db = storage / name / "statemachine.db"
     older = newer = None
     try:

@@ -39,6 +39,9 @@ pytestmark = [pytest.mark.faults, pytest.mark.ray]
 
 ITERS, SLEEP = 14, 0.3
 OUTAGE_S = 3.0
+AFTER = 3
+#: Files in the control folder that hold the trial at an iteration while they exist.
+HOLDS = {"hold-until-injected": AFTER + 1, "hold-until-lifted": ITERS}
 
 
 def under_ci_or_skip(reason: str) -> None:
@@ -49,10 +52,15 @@ def under_ci_or_skip(reason: str) -> None:
 
 
 class Fault(threading.Thread):
-    """Once the trial has started ``after`` iterations: ``inject()``, wait, ``lift()``."""
+    """Once the trial has started ``after`` iterations: ``inject()``, wait, ``lift()``.
+
+    The trial holds at iteration ``after + 1`` until the fault is in place (however long the
+    injection takes, it trains during the fault) and at its last iteration until the fault is
+    lifted (the run cannot end while the store is still failing).
+    """
 
     def __init__(self, ctl: Path, inject: Callable[[], None], lift: Callable[[], None], *,
-                 after: int = 3, seconds: float = OUTAGE_S) -> None:
+                 after: int = AFTER, seconds: float = OUTAGE_S) -> None:
         super().__init__(daemon=True)
         self.ctl, self.inject, self.lift = ctl, inject, lift
         self.after, self.seconds = after, seconds
@@ -69,27 +77,29 @@ class Fault(threading.Thread):
             try:
                 self.inject()
                 self.injected_at = time.time()  # the fault is in place from here
+                (self.ctl / "hold-until-injected").unlink()
                 time.sleep(self.seconds)
             finally:
                 self.lifted_at = time.time()  # ... until at least here
                 try:
                     self.lift()
-                finally:  # the trial's last iteration waited for the fault to be lifted
-                    (self.ctl / "hold").unlink(missing_ok=True)
+                finally:
+                    for hold in HOLDS:
+                        (self.ctl / hold).unlink(missing_ok=True)
         except BaseException as exc:  # reported by the test
             self.error = exc
 
 
 def run_tune(tmp_path: Path, name: str, callback: Any) -> Any:
-    """One trial of ``Steps``: a checkpoint every iteration, one failure at iteration 6, the
-    last iteration held while ``ctl/hold`` exists."""
+    """One trial of ``Steps``: a checkpoint every iteration, one failure at iteration 6,
+    held by the files of :data:`HOLDS`."""
     from ray import tune
 
     ctl = tmp_path / "ctl"
     tuner = tune.Tuner(
         Steps,
         param_space={"ctl": str(ctl), "iters": ITERS, "sleep": SLEEP, "fail_at": [6],
-                     "hold_from": ITERS},
+                     "holds": HOLDS},
         run_config=tune.RunConfig(
             name=name, storage_path=str(tmp_path / "results"), callbacks=[callback],
             verbose=0, failure_config=tune.FailureConfig(max_failures=3),
@@ -126,11 +136,10 @@ def outage_scenario(
 ) -> tuple[Figures, list[str]]:
     """Run Tune with ``fault`` injected, check that Tune went on and the log is whole.
 
-    The trial's last iteration waits until the fault is lifted (however slow the machine,
-    the run cannot end while the store is still down).
     """
     (tmp_path / "ctl").mkdir()
-    (tmp_path / "ctl" / "hold").touch()
+    for hold in HOLDS:
+        (tmp_path / "ctl" / hold).touch()
     with captured() as messages:
         fault.start()
         try:
