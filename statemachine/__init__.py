@@ -5,6 +5,7 @@ importable without Ray or a database. The event log lives in :mod:`statemachine.
 Tune integration in :mod:`statemachine.tune` and the replay CLI in :mod:`statemachine.cli`.
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from statemachine.domain.classify import classify
@@ -57,27 +58,37 @@ from statemachine.exceptions import (
     UnknownExperimentError,
     UnknownTrialError,
 )
-from statemachine.log import (
-    EventStore,
-    ExperimentLog,
-    StoredEvent,
-    VerifyResult,
-    replay_experiment,
-    replay_trial,
-    verify,
-)
 
 if TYPE_CHECKING:
+    from statemachine.log import (
+        EventStore,
+        ExperimentLog,
+        StoredEvent,
+        VerifyResult,
+        replay_experiment,
+        replay_trial,
+        verify,
+    )
     from statemachine.tune import EventLogCallback
+
+# Loaded on first use: the log pulls in SQLAlchemy and Alembic (~0.4 s), the callback Ray.
+_LAZY = {
+    "EventStore": "statemachine.log",
+    "ExperimentLog": "statemachine.log",
+    "StoredEvent": "statemachine.log",
+    "VerifyResult": "statemachine.log",
+    "replay_experiment": "statemachine.log",
+    "replay_trial": "statemachine.log",
+    "verify": "statemachine.log",
+    "EventLogCallback": "statemachine.tune",
+}
 
 
 def __getattr__(name: str) -> Any:
-    # The Tune callback imports Ray; load it only when asked for.
-    if name == "EventLogCallback":
-        from statemachine.tune import EventLogCallback
-
-        return EventLogCallback
-    raise AttributeError(f"module 'statemachine' has no attribute {name!r}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'statemachine' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
 
 __version__ = "0.1.0"
 

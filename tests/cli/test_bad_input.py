@@ -75,8 +75,6 @@ def test_database_that_is_not_ours(invoke: Callable[..., Run], tmp_path: Path) -
     assert folder_state(tmp_path) == before
 
 
-@pytest.mark.xfail(reason="statemachine.log: EventStore.open(create=False) lets sqlite3 "
-                   "'file is not a database' DatabaseError through untranslated (log owner)")
 def test_file_that_is_not_a_database(invoke: Callable[..., Run], tmp_path: Path) -> None:
     text = tmp_path / "notes.db"
     text.write_text("these are my notes, not a database\n" * 100)
