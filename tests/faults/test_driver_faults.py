@@ -143,8 +143,9 @@ def test_kill_minus_nine_loop(tmp_path: Path, reliability: Callable[[Figures], N
 
     figures = check_log(
         url, name, scenario="Driver SIGKILLed and resumed",
-        injected="kill -9 of the Tune driver's process group at a random moment of a "
-                 "training step, then Tuner.restore",
+        injected=f"kill -9 of the Tune driver's process group at a random moment of a "
+                 f"training step, then Tuner.restore (seed {seed}); failures raised "
+                 f"{sum(happened.values())}, counted {ray_failures}",
         times=KILLS, expected={"failures": Counter(happened)}, found=found,
         reliability=reliability, details={"seed": seed, "kills": kills,
                                           "failures": sum(happened.values())},
@@ -222,7 +223,9 @@ def test_two_drivers_resume_the_same_experiment(
 
     check_log(
         url, name, scenario="Two drivers on one experiment",
-        injected="a second driver runs Tuner.restore while the first still trains",
+        injected=f"a second driver runs Tuner.restore while the first still trains; the "
+                 f"fenced driver's {first['summary']['unwritten']} later events refused "
+                 "(saved to its unwritten file), none in the log",
         times=1,
         expected={"epoch 1": Counter({1: first["summary"]["recorded"]}),
                   "epoch 2": Counter({2: second["summary"]["recorded"]})},
