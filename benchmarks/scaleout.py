@@ -16,6 +16,7 @@ gap, and ``verify`` (the fold reproduces every recorded status and decision) pas
 from __future__ import annotations
 
 import multiprocessing
+import queue
 import time
 from datetime import datetime, timezone
 from typing import Any
@@ -34,7 +35,7 @@ def _ours_driver(url: str, name: str, appends: int, barrier: Any, results: Any) 
     try:
         for t in range(TRIALS_PER_DRIVER):
             running_trial(log, f"t{t}")
-        barrier.wait()
+        barrier.wait(timeout=300)
         latencies = []
         start = time.perf_counter()
         for i in range(appends):
@@ -59,7 +60,7 @@ def _raw_driver(conninfo: str, name: str, appends: int, barrier: Any, results: A
     sql = RAW_INSERT.format(p="%s")
     stamp = datetime.now(timezone.utc)
     with psycopg.connect(conninfo) as conn:
-        barrier.wait()
+        barrier.wait(timeout=300)
         latencies = []
         start = time.perf_counter()
         for i in range(appends):
@@ -80,11 +81,24 @@ def _run_drivers(target: Any, where: str, processes: int, appends: int) -> tuple
                for i in range(processes)]
     for worker in workers:
         worker.start()
-    collected = [results.get(timeout=600) for _ in workers]
-    for worker in workers:
-        worker.join(timeout=60)
-        if worker.exitcode != 0:
-            raise RuntimeError(f"a driver process exited with {worker.exitcode}")
+    collected = []
+    deadline = time.monotonic() + 600
+    try:
+        while len(collected) < processes:
+            try:
+                collected.append(results.get(timeout=1))
+            except queue.Empty:
+                dead = [w.exitcode for w in workers if w.exitcode not in (None, 0)]
+                if dead or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"a driver process failed (exit codes {dead}; its traceback is above)"
+                        if dead else "driver processes did not finish within 600 s") from None
+    finally:
+        for worker in workers:
+            worker.join(timeout=30)
+            if worker.is_alive():  # a driver stuck at the barrier after another one failed
+                worker.terminate()
+                worker.join()
     wall = max(end for _, _, end, _ in collected) - min(start for _, start, _, _ in collected)
     latencies = sorted(x for *_, lat in collected for x in lat)
     p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] * 1e3
