@@ -116,7 +116,7 @@ def test_tail_follow_shows_events_as_a_driver_records_them(fixture_db: Path) -> 
         seen = [json.loads(lines.get(timeout=60)) for _ in range(5)]
     finally:
         proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=30)
+        code = proc.wait(timeout=90)
     assert [(e["trial_id"], e["event"]) for e in seen] == [
         ("g_live", "PolicySet"), ("g_live", "TrialAdded"), ("g_live", "TrialStarted"),
         ("g_live", "TrialFailed"), ("g_live", "TrialStarted")]
