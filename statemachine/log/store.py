@@ -842,22 +842,46 @@ class EventStore:
     def read_tails(self, experiment: str) -> Iterator[StoredEvent]:
         """Events after each trial's usable snapshot (all events of trials without one).
 
-        Ordered by trial, then seq: what :meth:`load_snapshots` needs to rehydrate.
+        Ordered by trial, then seq: what :meth:`load_snapshots` needs to rehydrate. Only the
+        rows after a snapshot are fetched: each trial's last seq is read from the
+        ``(experiment, trial, seq)`` index alone and compared with its snapshot, and only the
+        trials behind get an index seek for their tail.
         """
-        joined = events.outerjoin(
-            snapshots,
-            (snapshots.c.experiment_id == events.c.experiment_id)
-            & (snapshots.c.trial_id == events.c.trial_id)
-            & (snapshots.c.machine_version == machine_version()),
-        )
+        tag = machine_version()
         with translated("reading events after snapshots", self._url), self._read() as conn:
             experiment_id = self._experiment_id(conn, experiment)
+            # Each trial's last seq, read from the (experiment, trial, seq) index alone (an
+            # aggregate: the database computes it before joining anything to it) ...
+            last = (
+                select(events.c.trial_id, func.max(events.c.seq).label("last_seq"))
+                .where(events.c.experiment_id == experiment_id)
+                .group_by(events.c.trial_id)
+                .subquery("last")
+            )
+            # ... against its usable snapshot: only trials with events past it have a tail.
+            after = func.coalesce(snapshots.c.seq, 0)
+            behind = (
+                select(last.c.trial_id, after.label("after_seq"))
+                .select_from(
+                    last.outerjoin(
+                        snapshots,
+                        (snapshots.c.experiment_id == experiment_id)
+                        & (snapshots.c.trial_id == last.c.trial_id)
+                        & (snapshots.c.machine_version == tag),
+                    )
+                )
+                .where(last.c.last_seq > after)
+                .subquery("behind")
+            )
             rows = conn.execute(
                 select(*_EVENT_COLUMNS)
-                .select_from(joined)
-                .where(
-                    events.c.experiment_id == experiment_id,
-                    events.c.seq > func.coalesce(snapshots.c.seq, 0),
+                .select_from(
+                    behind.join(
+                        events,
+                        (events.c.experiment_id == experiment_id)
+                        & (events.c.trial_id == behind.c.trial_id)
+                        & (events.c.seq > behind.c.after_seq),
+                    )
                 )
                 .order_by(events.c.trial_id, events.c.seq)
             ).all()
