@@ -132,7 +132,7 @@ def run(ctx: Context) -> None:
     table.add("raw sqlite3 read of the rows only", stats["raw read"], versus=base)
     table.add("raw read + json + unchecked events + dict-table fold (baseline)", base)
     ratio = stats["replay"].median / base.median
-    table.add("replay_experiment (lean store read, typed decode, fold_compiled)", stats["replay"],
+    table.add("replay_experiment (store read, typed decode, compiled fold)", stats["replay"],
               versus=base, target=f"<= {TARGET}x baseline", ok=ratio <= TARGET,
               measured=f"{ratio:.2f}x ({stats['replay'].median * events / 1e6:.1f} s)")
     table.add("  of which: EventStore.read_fold_rows (lean tuples)", stats["lean read"],
