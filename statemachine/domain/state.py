@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -119,17 +118,17 @@ def _policy_from_dict(data: dict[str, Any]) -> RetryPolicy:
 
     Opening an experiment decodes one snapshot per trial; validating the same policy 100,000
     times was most of that cost. Policies are frozen, so one instance can serve every trial.
+    A decoded policy is reused only for a dict equal to the one it came from value for value
+    and type for type (``1 == True`` must not let a malformed policy through).
     """
-    try:
-        key = tuple(
-            (name, tuple(value) if isinstance(value, list) else value)
-            for name, value in sorted(data.items())
-        )
-        return _decoded_policy(key)
-    except (TypeError, AttributeError):  # not a policy we wrote: from_dict says why
-        return RetryPolicy.from_dict(data)
+    for known, types, policy in _RECENT_POLICIES:
+        if known == data and list(map(type, data.values())) == types:
+            return policy
+    policy = RetryPolicy.from_dict(data)
+    _RECENT_POLICIES.insert(0, (dict(data), list(map(type, data.values())), policy))
+    del _RECENT_POLICIES[8:]
+    return policy
 
 
-@functools.lru_cache(maxsize=256)
-def _decoded_policy(key: tuple[tuple[str, Any], ...]) -> RetryPolicy:
-    return RetryPolicy.from_dict(dict(key))
+#: The last few distinct policies decoded (value, value types, policy), newest first.
+_RECENT_POLICIES: list[tuple[dict[str, Any], list[type], RetryPolicy]] = []
