@@ -9,25 +9,14 @@ from pathlib import Path
 import pytest
 
 from tests.faults.faultkit import REPORT_ENV, Figures, worker_pythonpath, write_figures
+from tests.ray_support import running_ray
 
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[None]:
     """``ray.init(num_cpus=2)`` shared by a test module, always shut down at its end."""
-    import ray
-
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = worker_pythonpath()
-    ray.init(num_cpus=2, include_dashboard=False, address="local",
-             configure_logging=False, log_to_driver=False)
-    try:
+    with running_ray(worker_pythonpath()):
         yield
-    finally:
-        ray.shutdown()
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
 
 
 @pytest.fixture

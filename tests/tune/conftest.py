@@ -1,77 +1,17 @@
-"""Fixtures of the Tune integration tests: a real Ray (2 CPUs) and reading the event log back."""
+"""Fixtures of the Tune integration tests: a real Ray (2 CPUs) per module."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
-
-
-def worker_pythonpath() -> str:
-    """PYTHONPATH that lets Ray workers import the package and the test trainables."""
-    parts = [str(REPO), str(HERE), os.environ.get("PYTHONPATH", "")]
-    return os.pathsep.join(p for p in parts if p)
+from tests.ray_support import running_ray
+from tests.tune.tunekit import worker_pythonpath
 
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[None]:
     """``ray.init(num_cpus=2)`` for a test module, always shut down at its end."""
-    import ray
-
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = worker_pythonpath()
-    ray.init(num_cpus=2, include_dashboard=False, address="local",
-             configure_logging=False, log_to_driver=False)
-    try:
+    with running_ray(worker_pythonpath()):
         yield
-    finally:
-        ray.shutdown()
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
-
-
-def replay(url: str, experiment: str) -> dict[str, Any]:
-    """Every trial's state folded from the stored events (a full replay, no snapshots)."""
-    from statemachine.domain.machine import fold
-    from statemachine.log import EventStore
-
-    store = EventStore.open(url, create=False)
-    try:
-        return {
-            trial_id: fold(trial_id, [e.event for e in store.read_trial(experiment, trial_id)])[0]
-            for trial_id in store.list_trials(experiment)
-        }
-    finally:
-        store.close()
-
-
-def stored_events(url: str, experiment: str, trial_id: str) -> list[Any]:
-    """The stored events of one trial, in order."""
-    from statemachine.log import EventStore
-
-    store = EventStore.open(url, create=False)
-    try:
-        return list(store.read_trial(experiment, trial_id))
-    finally:
-        store.close()
-
-
-def ray_trials(grid: Any) -> dict[str, tuple[str, int]]:
-    """``{trial_id: (status, num_failures)}`` as Ray reports them in a ``ResultGrid``."""
-    return {t.trial_id: (t.status, t.num_failures) for t in grid._experiment_analysis.trials}
-
-
-def assert_log_matches_ray(url: str, experiment: str, grid: Any) -> dict[str, Any]:
-    """The replayed log has exactly Ray's trials, statuses and failure counts."""
-    states = replay(url, experiment)
-    ours = {tid: (s.status.value, s.failures) for tid, s in states.items()}
-    assert ours == ray_trials(grid)
-    return states

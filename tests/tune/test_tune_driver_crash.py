@@ -18,8 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import HERE, replay, stored_events, worker_pythonpath
 from tune_trainables import restore_attempts
+
+from tests.tune.tunekit import HERE, replay, stored_events, worker_pythonpath
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

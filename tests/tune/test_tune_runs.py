@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import assert_log_matches_ray, ray_trials, stored_events
 from tune_trainables import Flaky, PauseOnce
 
 from statemachine.domain.policy import ExhaustionAction, RetryPolicy
+from tests.tune.tunekit import assert_log_matches_ray, ray_trials, stored_events
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import replay, stored_events
 
 from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.status import Status
+from tests.tune.tunekit import replay, stored_events
 
 pytestmark = [pytest.mark.ray]
 
