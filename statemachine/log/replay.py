@@ -71,16 +71,25 @@ def fold_stored(
     """Fold one trial's stored events (in seq order) from ``state`` (default: a new trial)."""
     replay = TrialReplay(trial_id, state.copy() if state is not None else TrialState(trial_id))
     for item in stored:
-        try:
-            event = item.event
-            _ = item.counters  # a row is whole only if its recorded counters parse too
-            record = step(replay.state, event, policy)
-        except (InvalidTransitionError, EventDecodeError) as exc:
-            replay.halted_at, replay.halt_reason = item, str(exc)
+        record = _fold_row(replay, item, policy, step)
+        if record is None:
             break
         if keep_steps:
             replay.steps.append(ReplayStep(item, record))
     return replay
+
+
+def _fold_row(
+    replay: TrialReplay, item: StoredEvent, policy: RetryPolicy | None, step: Apply
+) -> TransitionRecord | None:
+    """Fold one stored row into ``replay``; a row that does not decode or fold halts it."""
+    try:
+        event = item.event
+        _ = item.counters  # a row is whole only if its recorded counters parse too
+        return step(replay.state, event, policy)
+    except (InvalidTransitionError, EventDecodeError) as exc:
+        replay.halted_at, replay.halt_reason = item, str(exc)
+        return None
 
 
 def replay_trial(
@@ -122,14 +131,9 @@ def replay_experiment(
             replay = replays[item.trial_id] = TrialReplay(item.trial_id, TrialState(item.trial_id))
         if replay.halted_at is not None:
             continue
-        try:
-            event = item.event
-            _ = item.counters  # a row is whole only if its recorded counters parse too
-            record = apply_compiled(replay.state, event, policy)
-        except (InvalidTransitionError, EventDecodeError) as exc:
-            replay.halted_at, replay.halt_reason = item, str(exc)
-            continue
-        replay.steps.append(ReplayStep(item, record))
+        record = _fold_row(replay, item, policy, apply_compiled)
+        if record is not None:
+            replay.steps.append(ReplayStep(item, record))
     return replays
 
 

@@ -104,15 +104,7 @@ _INSERTED = [c.name for c in _EVENT_COLUMNS if c.name != "position"] + ["experim
 _READ_PAGE = 5_000
 
 #: Columns of ``events`` a bulk fold reads (:meth:`EventStore.read_fold_rows`).
-_FOLD_COLUMNS = (
-    events.c.position,
-    events.c.trial_id,
-    events.c.seq,
-    events.c.type_name,
-    events.c.version,
-    events.c.payload,
-    events.c.counters,
-)
+_FOLD_COLUMNS = (*_EVENT_COLUMNS[:6], events.c.counters)
 _FOLD_PAGE = 20_000
 #: ``(position, trial_id, seq, type_name, version, payload, counters)``.
 FoldRow = tuple[int, str, int, str, int, str, "str | None"]
