@@ -57,6 +57,7 @@ from statemachine.exceptions import (
     StoreNotFoundError,
     UnknownExperimentError,
     UnknownTrialError,
+    UnstorableValueError,
 )
 
 if TYPE_CHECKING:
@@ -137,6 +138,7 @@ __all__ = [
     "TrialStopped",
     "UnknownExperimentError",
     "UnknownTrialError",
+    "UnstorableValueError",
     "VerifyResult",
     "__version__",
     "apply",

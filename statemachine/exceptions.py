@@ -41,6 +41,16 @@ class StoreError(StateMachineError):
     """The event store failed; driver and SQL errors are translated into this (or a subclass)."""
 
 
+class UnstorableValueError(StoreError, ValueError):
+    """A value the database can never store or compare as it is; retrying cannot help.
+
+    For example an identifier holding a lone surrogate (what ``os.fsdecode`` makes of a
+    non-UTF-8 file name) or a NUL character, or a value longer than its column. The message
+    names the field. Event payloads never raise it: their text is stored losslessly (lone
+    surrogates as JSON ``\\uXXXX`` escapes).
+    """
+
+
 class StoreNotFoundError(StoreError):
     """A read-only open found no database (a missing SQLite file or an unknown database)."""
 

@@ -16,9 +16,9 @@ from typing import Any
 
 from sqlalchemy import Dialect, Engine, Executable, create_engine, event
 from sqlalchemy.engine import URL, Connection, CursorResult, make_url
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import DataError, DBAPIError, SQLAlchemyError
 
-from statemachine.exceptions import StoreError
+from statemachine.exceptions import StoreError, UnstorableValueError
 
 SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
 DEFAULT_BUSY_TIMEOUT_MS = 10_000
@@ -97,8 +97,13 @@ def _configure_sqlite(engine: Engine, *, writable: bool, synchronous: str, busy_
         conn.connection.driver_connection.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
-def translate(exc: SQLAlchemyError, what: str, url: str) -> StoreError:
-    """A :class:`StoreError` naming what failed, the database and the driver's message."""
+def translate(exc: SQLAlchemyError | UnicodeError, what: str, url: str) -> StoreError:
+    """A :class:`StoreError` naming what failed, the database and the driver's message.
+
+    A value the database refuses for what it is (``DataError``: a NUL in PostgreSQL text, a
+    value too long for its column; a ``UnicodeError`` from the driver's encoding) is an
+    :class:`UnstorableValueError`: retrying the same statement can never succeed.
+    """
     original = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
     message = (
         str(original).strip().splitlines()[0] if str(original).strip() else type(original).__name__
@@ -106,7 +111,9 @@ def translate(exc: SQLAlchemyError, what: str, url: str) -> StoreError:
     hint = ""
     if "locked" in message or "busy" in message:
         hint = " (another process holds the write lock; retry, or raise the busy timeout)"
-    error = StoreError(f"{what} failed on {describe(url)}: {message}{hint}")
+    permanent = isinstance(exc, (DataError, UnicodeError))
+    kind = UnstorableValueError if permanent else StoreError
+    error = kind(f"{what} failed on {describe(url)}: {message}{hint}")
     error.__cause__ = exc
     return error
 
@@ -116,7 +123,7 @@ def translated(what: str, url: str) -> Iterator[None]:
     """Translate any SQLAlchemy/driver error raised inside into a :class:`StoreError`."""
     try:
         yield
-    except SQLAlchemyError as exc:
+    except (SQLAlchemyError, UnicodeError) as exc:
         raise translate(exc, what, url) from exc
 
 

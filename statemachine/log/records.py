@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -10,14 +11,65 @@ from typing import Any
 from statemachine.domain.events import Event, decode_event
 from statemachine.domain.machine import TransitionRecord
 from statemachine.domain.policy import RetryPolicy
-from statemachine.exceptions import EventDecodeError
+from statemachine.exceptions import EventDecodeError, UnstorableValueError
 
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escape_surrogate(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
 
 
 def dump_json(value: Any) -> str:
-    """The one JSON form the log writes (sorted keys, compact): equal values, equal text."""
-    return _ENCODER.encode(value)  # json.dumps would build an encoder per call
+    """The one JSON form the log writes (sorted keys, compact): equal values, equal text.
+
+    Text is stored as it is (UTF-8), except lone surrogates (``os.fsdecode`` of a non-UTF-8
+    file name gives ``"shard-\\udcff.bin"``), which no database encoding can hold: they are
+    written as the JSON escape ``\\udcff``, which ``json.loads`` turns back into the very
+    same string. Lossless, readable, and valid JSON.
+    """
+    text = _ENCODER.encode(value)  # json.dumps would build an encoder per call
+    if text.isascii():
+        return text
+    return _SURROGATE.sub(_escape_surrogate, text)
+
+
+def check_storable(value: str, field: str, *, max_length: int = 255) -> str:
+    """``value`` if a database can store it as an identifier, else :class:`UnstorableValueError`.
+
+    Identifiers (experiment names, trial ids, event ids) are compared in SQL, so they must be
+    valid Unicode without NUL characters (PostgreSQL refuses NUL; no encoding holds a lone
+    surrogate) and fit their column.
+    """
+    if not isinstance(value, str):
+        raise UnstorableValueError(f"{field} must be text, got {type(value).__name__}")
+    if not value.isascii():
+        if _SURROGATE.search(value):
+            raise UnstorableValueError(
+                f"{field} {value.encode('utf-8', 'backslashreplace').decode()!r} holds a lone "
+                "surrogate (a non-UTF-8 file name decoded by os.fsdecode?), which no database "
+                "can store; use storable_name() or valid Unicode"
+            )
+    if "\x00" in value:
+        raise UnstorableValueError(f"{field} {value!r} holds a NUL character; remove it")
+    if not value or len(value) > max_length:
+        raise UnstorableValueError(
+            f"{field} must be 1 to {max_length} characters, got {len(value)}: {value[:40]!r}"
+        )
+    return value
+
+
+def storable_name(text: str) -> str:
+    """``text`` with lone surrogates written as ``\\xNN`` (the bytes they stand for).
+
+    For names taken from the filesystem (an experiment folder's name): a non-UTF-8 byte that
+    ``os.fsdecode`` turned into a surrogate is shown as Python shows bytes (``exp-\\xff``).
+    The same folder always gives the same name; valid text is returned unchanged.
+    """
+    if text.isascii() or not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def load_json(text: str | None, what: str) -> Any:

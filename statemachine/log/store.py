@@ -75,8 +75,10 @@ from statemachine.log.records import (
     ExperimentInfo,
     SessionInfo,
     StoredEvent,
+    check_storable,
     dump_json,
     load_json,
+    storable_name,
     utc,
     utcnow,
 )
@@ -329,8 +331,9 @@ class EventStore:
         Every older session of the experiment is fenced out from this moment: its appends
         and snapshots fail with :class:`FencedError`.
         """
-        if not experiment or len(experiment) > 255:
-            raise StoreError(f"experiment name must be 1 to 255 characters, got {experiment!r}")
+        check_storable(experiment, "experiment name")
+        if storage_path is not None:
+            storage_path = storable_name(storage_path)
         for attempt in range(3):
             try:
                 with self._lock, translated("starting a driver session", self._url):
@@ -460,7 +463,7 @@ class EventStore:
             error = request.event.error
         return {
             "experiment_id": session.experiment_id,
-            "trial_id": request.trial_id,
+            "trial_id": check_storable(request.trial_id, "trial id"),
             "seq": request.expected_seq + 1,
             "type_name": type_name,
             "version": version,
@@ -471,7 +474,7 @@ class EventStore:
             "decision": record.decision.value if record and record.decision else None,
             "counters": _counters_json(record.counters) if record else None,
             "epoch": session.epoch,
-            "event_id": event_id,
+            "event_id": check_storable(event_id, "event id", max_length=64),
             "recorded_at": recorded_at,
         }
 

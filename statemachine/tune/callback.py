@@ -42,6 +42,7 @@ from statemachine.domain.machine import TransitionRecord
 from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Decision, Status
+from statemachine.log.records import storable_name
 from statemachine.tune import checkpoints, errorfile, seam
 from statemachine.tune.compat import check_ray
 from statemachine.tune.recorder import Recorder
@@ -182,11 +183,12 @@ class EventLogCallback(Callback):
         self._policy_in_force = policy
         url = resolve_url(self.url, trial)
         self.store_url = url
+        # A folder name that is not valid UTF-8 cannot be stored or printed as it is.
+        experiment = storable_name(self.experiment)
         if url not in _printed_urls:
             _printed_urls.add(url)
-            print(f"statemachine: recording trial events of {self.experiment} to {url}",
+            print(f"statemachine: recording trial events of {experiment} to {url}",
                   flush=True)
-        experiment = self.experiment
         storage_path = trial.storage.experiment_fs_path
         options: dict[str, Any] = {}
         if self.busy_timeout_ms is not None:

@@ -26,7 +26,7 @@ from statemachine.domain.events import Event, PolicySet, encode_event
 from statemachine.domain.machine import TransitionRecord, apply
 from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.state import TrialState
-from statemachine.exceptions import InvalidTransitionError
+from statemachine.exceptions import InvalidTransitionError, UnstorableValueError
 
 logger = logging.getLogger(__name__)
 
@@ -196,8 +196,10 @@ class Recorder:
         for attempt in range(1, self.attempts + 1):
             try:
                 self.log.record(pending.trial_id, pending.event, event_id=pending.event_id)
-            except InvalidTransitionError as exc:
-                # The log's fold disagrees with ours: this event can never be written.
+            except (InvalidTransitionError, UnstorableValueError) as exc:
+                # The log's fold disagrees with ours, or the database can never hold a value
+                # of this event: it can never be written. It goes to the dead letters at once,
+                # so the events behind it are not held up.
                 self.dead.append((pending, str(exc)))
                 logger.error("statemachine: the event log refuses an event: %s", exc)
                 return True

@@ -62,9 +62,6 @@ def _trainable(config: dict[str, Any]) -> None:
     """Never run: Trial.reset() (restart_errored) looks the trainable up by name."""
 
 
-register_trainable(TRAINABLE, _trainable)
-
-
 class TmpSessionStorage(StorageContext):
     """Ray's storage context, with the driver session folder in a temporary directory."""
 
@@ -126,6 +123,9 @@ class RayController:
     def _new_trial(self, max_failures: int, trial: Any = None) -> Any:
         # TuneController.add_trial: a Trial with its storage and placement group factory.
         if trial is None:
+            # Registered here, not at import: a ray.shutdown() by an earlier test module
+            # clears Tune's registry.
+            register_trainable(TRAINABLE, _trainable)
             storage = TmpSessionStorage(storage_path=str(self.root / "storage"),
                                         experiment_dir_name="exp", trial_dir_name="trial")
             storage.session_root = str(self.root / "session")

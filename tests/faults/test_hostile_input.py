@@ -32,6 +32,7 @@ from statemachine.cli import cli
 from statemachine.domain.events import EVENT_TYPES, decode_event, encode_event
 from statemachine.exceptions import StateMachineError
 from tests.cli.conftest import FIXTURE, folder_state
+from tests.domain.domain_strategies import hostile_text
 from tests.faults.faultkit import Figures, check_log, read_log
 
 pytestmark = [pytest.mark.faults]
@@ -380,9 +381,9 @@ def test_a_file_that_is_not_a_database(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ fuzzing
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(),
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | hostile_text(40),
     lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=12), children, max_size=4),
+    | st.dictionaries(hostile_text(12), children, max_size=4),
     max_leaves=12,
 )
 
@@ -406,7 +407,7 @@ def assert_decodes_or_refuses(type_name: Any, version: Any, payload: Any) -> Non
 
 @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    type_name=st.sampled_from(sorted(EVENT_TYPES)) | st.text(max_size=20),
+    type_name=st.sampled_from(sorted(EVENT_TYPES)) | hostile_text(20),
     version=st.integers(-3, 4) | st.sampled_from([None, "1", 1.0, True]),
     payload=JSON,
 )
@@ -427,12 +428,12 @@ def test_fuzz_decode_event_mutated(data: st.DataObject) -> None:
     elif action == "replace":
         payload[data.draw(st.sampled_from(keys))] = data.draw(JSON)
     else:
-        payload[data.draw(st.text(max_size=8))] = data.draw(JSON)
+        payload[data.draw(hostile_text(8))] = data.draw(JSON)
     assert_decodes_or_refuses(type_name, version, payload)
 
 
 @settings(max_examples=1000, deadline=None)
-@given(text=st.text(max_size=60) | JSON.map(json.dumps))
+@given(text=hostile_text(60) | JSON.map(json.dumps))
 def test_fuzz_stored_payload_text(text: str) -> None:
     """Whatever text sits in the payload column, reading the row raises only our error."""
     from datetime import datetime, timezone
