@@ -1,6 +1,6 @@
 """``EventLogCallback``: one line in a Tune driver records every trial's life in the event log.
 
-``tune.RunConfig(callbacks=[EventLogCallback()])`` records each trial's start, restore, restore
+``RunConfig(callbacks=[EventLogCallback()])`` records each trial's start, restore, restore
 success, checkpoint, pause, resume, failure (typed, with its cause), completion and stop; keeps
 the failure and restore-failure budgets across driver restarts (``Tuner.restore``); and makes
 Ray follow the retry policy's decisions, including the extras Ray does not have
