@@ -68,7 +68,7 @@ def one_run(ctx: Context, trials: int, with_callback: bool) -> float:
 
     from statemachine import EventStore, Status
     from statemachine.log import rehydrate
-    from statemachine.tune import EventLogCallback
+    from statemachine.tune import CheckpointConfig, EventLogCallback, FailureConfig, RunConfig
 
     run_dir = ctx.workdir / f"tune-{uuid.uuid4().hex[:8]}"
     ctl = run_dir / "ctl"
@@ -78,11 +78,11 @@ def one_run(ctx: Context, trials: int, with_callback: bool) -> float:
     tuner = tune.Tuner(
         _trainable(),
         param_space={"ctl": str(ctl), "idx": tune.grid_search(list(range(trials)))},
-        run_config=tune.RunConfig(
+        run_config=RunConfig(
             name="bench", storage_path=str(run_dir / "results"), verbose=0,
             callbacks=[callback] if callback else [],
-            failure_config=tune.FailureConfig(max_failures=3),
-            checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=2),
+            failure_config=FailureConfig(max_failures=3),
+            checkpoint_config=CheckpointConfig(checkpoint_frequency=2),
         ),
     )
     start = time.perf_counter()

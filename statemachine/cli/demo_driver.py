@@ -26,6 +26,7 @@ def main(mode: str, storage: str, name: str, ctl: str) -> int:
     from ray import tune
 
     from statemachine.cli.demo_trainable import DemoTrainable
+    from statemachine.tune import CheckpointConfig, FailureConfig, RunConfig
 
     ray.init(num_cpus=2, include_dashboard=False, address="local", log_to_driver=False,
              configure_logging=False)
@@ -36,13 +37,13 @@ def main(mode: str, storage: str, name: str, ctl: str) -> int:
             tuner = tune.Tuner(
                 DemoTrainable,
                 param_space={"ctl": ctl, "variant": tune.grid_search(VARIANTS)},
-                run_config=tune.RunConfig(
+                run_config=RunConfig(
                     name=name,
                     storage_path=storage,
                     callbacks=[EventLogCallback()],
                     verbose=0,
-                    failure_config=tune.FailureConfig(max_failures=MAX_FAILURES),
-                    checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1),
+                    failure_config=FailureConfig(max_failures=MAX_FAILURES),
+                    checkpoint_config=CheckpointConfig(checkpoint_frequency=1),
                 ),
             )
         else:

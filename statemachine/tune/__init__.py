@@ -3,6 +3,10 @@
 Ray is imported only in this package. Importing it checks that the installed Ray is a
 supported 2.x version and raises :class:`~statemachine.tune.compat.UnsupportedRayError`
 with the fix otherwise.
+
+``RunConfig``, ``FailureConfig`` and ``CheckpointConfig`` are Ray's own classes, taken from
+where the installed Ray wants them for a ``tune.Tuner`` (``ray.tune``; Ray 2.40 has them
+only in ``ray.train``), so a driver written with them runs on every supported Ray.
 """
 
 from statemachine.tune.compat import UnsupportedRayError, check_ray
@@ -10,5 +14,16 @@ from statemachine.tune.compat import UnsupportedRayError, check_ray
 check_ray()
 
 from statemachine.tune.callback import EventLogCallback  # noqa: E402
+from statemachine.tune.ray_surface import (  # noqa: E402
+    CheckpointConfig,
+    FailureConfig,
+    RunConfig,
+)
 
-__all__ = ["EventLogCallback", "UnsupportedRayError"]
+__all__ = [
+    "CheckpointConfig",
+    "EventLogCallback",
+    "FailureConfig",
+    "RunConfig",
+    "UnsupportedRayError",
+]

@@ -1,6 +1,6 @@
 """``EventLogCallback``: one line in a Tune driver records every trial's life in the event log.
 
-``tune.RunConfig(callbacks=[EventLogCallback()])`` records each trial's start, restore, restore
+``RunConfig(callbacks=[EventLogCallback()])`` records each trial's start, restore, restore
 success, checkpoint, pause, resume, failure (typed, with its cause), completion and stop; keeps
 the failure and restore-failure budgets across driver restarts (``Tuner.restore``); and makes
 Ray follow the retry policy's decisions, including the extras Ray does not have
@@ -9,6 +9,10 @@ Ray follow the retry policy's decisions, including the extras Ray does not have
 Nothing this callback does may raise into Tune (an exception escaping a hook aborts the whole
 run): every hook reports its own errors and carries on. The callback is pickled into the
 experiment state; the open log is not pickled and is reopened lazily.
+
+The callback only wires Tune's hooks and the seam's reports to the domain and the log: what
+to record after ``Tuner.restore`` is :func:`statemachine.tune.reconcile.reconcile`, and every
+read or write of Ray's ``Trial`` goes through :mod:`statemachine.tune.ray_surface`.
 """
 
 from __future__ import annotations
@@ -44,7 +48,9 @@ from statemachine.domain.state import TrialState
 from statemachine.domain.status import Decision, Status
 from statemachine.log.records import storable_name
 from statemachine.tune import checkpoints, errorfile, seam
+from statemachine.tune import ray_surface as surface
 from statemachine.tune.compat import check_ray
+from statemachine.tune.reconcile import LIVE, RAY_PAUSED, RAY_PENDING, RAY_TERMINATED, reconcile
 from statemachine.tune.recorder import Recorder
 from statemachine.tune.store_url import resolve_url
 
@@ -52,12 +58,6 @@ logger = logging.getLogger(__name__)
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _printed_urls: set[str] = set()
-
-# Ray's trial status strings.
-_PENDING, _RUNNING, _PAUSED, _TERMINATED, _ERROR = (
-    "PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR",
-)
-_LIVE = {Status.PENDING, Status.RUNNING, Status.PAUSED, Status.RESTORING}
 
 
 def _never_raises(method: _F) -> _F:
@@ -178,8 +178,8 @@ class EventLogCallback(Callback):
     def _ensure_log(self, trial: Any) -> Recorder:
         if self._recorder is not None:
             return self._recorder
-        self.experiment = trial.storage.experiment_dir_name
-        policy = self.policy or RetryPolicy.from_env(max_failures=int(trial.max_failures))
+        self.experiment = surface.experiment_name(trial)
+        policy = self.policy or RetryPolicy.from_env(max_failures=surface.max_failures(trial))
         self._policy_in_force = policy
         url = resolve_url(self.url, trial)
         self.store_url = url
@@ -189,7 +189,7 @@ class EventLogCallback(Callback):
             _printed_urls.add(url)
             print(f"statemachine: recording trial events of {experiment} to {url}",
                   flush=True)
-        storage_path = trial.storage.experiment_fs_path
+        storage_path = surface.experiment_path(trial)
         options: dict[str, Any] = {}
         if self.busy_timeout_ms is not None:
             options["busy_timeout_ms"] = int(self.busy_timeout_ms)
@@ -210,21 +210,22 @@ class EventLogCallback(Callback):
         return self._policy_in_force or self.policy or RetryPolicy.from_env()
 
     def _state(self, trial: Any) -> TrialState | None:
-        return self._recorder.state(trial.trial_id) if self._recorder else None
+        return self._recorder.state(surface.trial_id(trial)) if self._recorder else None
 
     def _track(self, trial: Any) -> TrialState | None:
         """Make sure the trial is in the log (``TrialAdded``); returns its state."""
         recorder = self._ensure_log(trial)
-        state = recorder.state(trial.trial_id)
+        trial_id = surface.trial_id(trial)
+        state = recorder.state(trial_id)
         if state is None:
-            recorder.record(trial.trial_id, TrialAdded(config=_json_safe(trial.config)))
-            state = recorder.state(trial.trial_id)
+            recorder.record(trial_id, TrialAdded(config=_json_safe(surface.config(trial))))
+            state = recorder.state(trial_id)
         return state
 
     def _record(self, trial: Any, event: Event) -> TransitionRecord | None:
         self._track(trial)
         assert self._recorder is not None
-        return self._recorder.record(trial.trial_id, event)
+        return self._recorder.record(surface.trial_id(trial), event)
 
     # ------------------------------------------------------------------ seam listener
 
@@ -232,7 +233,7 @@ class EventLogCallback(Callback):
         """Whether ``trial`` belongs to this callback's experiment."""
         if self.experiment is None:
             return True
-        return bool(trial.storage.experiment_dir_name == self.experiment)
+        return surface.experiment_name(trial) == self.experiment
 
     @_never_raises
     def trial_failed(self, trial: Any, exc: BaseException | None, restoring: bool) -> None:
@@ -249,33 +250,34 @@ class EventLogCallback(Callback):
         if record is None:
             return  # refused by the fold: Ray's own accounting stands
         self._steer(trial, record, known_checkpoints)
-        if trial.error_file:
+        error_file = surface.error_file(trial)
+        if error_file:
             try:
-                errorfile.rewrite_last_header(trial.error_file, record, policy)
+                errorfile.rewrite_last_header(error_file, record, policy)
             except OSError as err:
-                logger.warning("statemachine: cannot rewrite %s: %s", trial.error_file, err)
+                logger.warning("statemachine: cannot rewrite %s: %s", error_file, err)
 
     def _steer(self, trial: Any, record: TransitionRecord,
                known_checkpoints: tuple[str, ...]) -> None:
         """Put the fold's counters and decision into Ray's trial."""
         counters = record.counters
-        trial.run_metadata.num_failures = counters.failures
-        trial.temporary_state.num_restore_failures = counters.restore_failures
-        self._recover[trial.trial_id] = record.status_after is Status.PENDING
+        surface.set_num_failures(trial, counters.failures)
+        surface.set_restore_failures(trial, counters.restore_failures)
+        self._recover[surface.trial_id(trial)] = record.status_after is Status.PENDING
         if record.decision is Decision.RESTART_FROM_SCRATCH:
             self._restart_from_scratch(trial, known_checkpoints)
         elif record.decision is Decision.PREVIOUS_CHECKPOINT:
             after = self._state(trial)
             target = after.latest_checkpoint if after else None
             kept = set(after.checkpoints) if after else set()
-            dropped = [c for c in (*known_checkpoints, checkpoints.current_checkpoint_path(trial))
+            dropped = [c for c in (*known_checkpoints, surface.current_checkpoint(trial))
                        if c and c not in kept]
-            checkpoints.fall_back_to(trial, target, dropped)
+            surface.restore_from(trial, target, dropped)
             logger.warning("statemachine: trial %s falls back to checkpoint %s",
-                           trial.trial_id, target or "none (from scratch)")
+                           surface.trial_id(trial), target or "none (from scratch)")
 
     def _restart_from_scratch(self, trial: Any, known_checkpoints: tuple[str, ...]) -> None:
-        forgotten = checkpoints.forget_all(trial)
+        forgotten = surface.forget_checkpoints(trial)
         paths = list(dict.fromkeys([*known_checkpoints, *forgotten]))
         deleted = False
         if self.policy_in_force.delete_discarded_checkpoints and paths:
@@ -283,7 +285,7 @@ class EventLogCallback(Callback):
             deleted = report.all_gone
         logger.warning(
             "statemachine: trial %s restarts from scratch (restore retries spent); "
-            "%d checkpoint(s) discarded%s", trial.trial_id, len(paths),
+            "%d checkpoint(s) discarded%s", surface.trial_id(trial), len(paths),
             ", folders deleted" if deleted else "",
         )
         self._record(trial, CheckpointsDiscarded(
@@ -297,34 +299,36 @@ class EventLogCallback(Callback):
         self._record(trial, RestoreSucceeded())
 
     @_never_raises
-    def status_changed(self, trial: Any, old: str, new: str) -> None:
+    def status_changed(self, trial: Any, old: str | None, new: str) -> None:
         """Record pauses, resumes, resets and stops (no callback hook exists for them)."""
         state = self._state(trial)
         if state is None:
             return
-        if new == _TERMINATED and state.status in _LIVE:
+        trial_id = surface.trial_id(trial)
+        if new == RAY_TERMINATED and state.status in LIVE:
             # Ray pauses a trial by stopping it (TERMINATED) and then setting PAUSED: decide
             # at the step's end.
-            self._maybe_stopped[trial.trial_id] = trial
+            self._maybe_stopped[trial_id] = trial
             return
-        self._maybe_stopped.pop(trial.trial_id, None)
-        if new == _PAUSED and state.status is Status.RUNNING:
+        self._maybe_stopped.pop(trial_id, None)
+        if new == RAY_PAUSED and state.status is Status.RUNNING:
             self._record(trial, TrialPaused())
-        elif new == _PENDING and state.status is Status.PAUSED:
+        elif new == RAY_PENDING and state.status is Status.PAUSED:
             self._record(trial, TrialResumed())
-        elif new == _PENDING and state.status.is_terminal:
+        elif new == RAY_PENDING and state.status.is_terminal:
             self._record(trial, TrialReset(from_scratch=False))
 
     @_never_raises
     def recover_decision(self, trial: Any) -> bool | None:
         """Our answer to ``should_recover`` after the failure just recorded."""
-        return self._recover.pop(trial.trial_id, None)
+        return self._recover.pop(surface.trial_id(trial), None)
 
     def _settle_stops(self) -> None:
-        for trial in list(self._maybe_stopped.values()):
-            self._maybe_stopped.pop(trial.trial_id, None)
+        for trial_id, trial in list(self._maybe_stopped.items()):
+            self._maybe_stopped.pop(trial_id, None)
             state = self._state(trial)
-            if trial.status == _TERMINATED and state is not None and state.status in _LIVE:
+            if (surface.status(trial) == RAY_TERMINATED and state is not None
+                    and state.status in LIVE):
                 self._record(trial, TrialStopped(reason="stopped by Tune"))
 
     # ------------------------------------------------------------------ after Tuner.restore
@@ -335,39 +339,28 @@ class EventLogCallback(Callback):
             state = self._track(trial)
             if state is None:
                 continue
-            status = trial.status
-            if state.status in (Status.RUNNING, Status.RESTORING) and status == _PENDING:
-                self._record(trial, TrialResumed())
-            elif state.status is Status.PAUSED and status == _PENDING:
-                self._record(trial, TrialResumed())
-            elif state.status.is_terminal and status in (_PENDING, _PAUSED):
-                self._record(trial, TrialReset(from_scratch=False))
-            elif state.status in _LIVE and status == _TERMINATED:
-                self._record(trial, TrialStopped(reason="not resumed by Tuner.restore"))
-            elif state.status in _LIVE and status == _ERROR:
+            trial_id = surface.trial_id(trial)
+            ray_failures = surface.num_failures(trial)
+            current = surface.current_checkpoint(trial)
+            plan = reconcile(state, surface.status(trial), ray_failures, current)
+            if plan.event is not None:
+                self._record(trial, plan.event)
+            elif plan.error_in_ray_only:
                 logger.warning("statemachine: trial %s is ERROR in Ray but %s in the log",
-                               trial.trial_id, state.status)
-            self._restore_budgets(trial)
-
-    def _restore_budgets(self, trial: Any) -> None:
-        state = self._state(trial)
-        if state is None:
-            return
-        ray_failures = trial.run_metadata.num_failures
-        if state.failures != ray_failures:
-            logger.warning(
-                "statemachine: trial %s: num_failures %d from the event log (Ray's experiment "
-                "state said %d)", trial.trial_id, state.failures, ray_failures,
-            )
-            trial.run_metadata.num_failures = state.failures
-        current = checkpoints.current_checkpoint_path(trial)
-        if state.restore_failures and state.restoring_from == current:
-            logger.warning(
-                "statemachine: trial %s: %d restore failure(s) of checkpoint %s already "
-                "spent before the driver restarted", trial.trial_id, state.restore_failures,
-                current,
-            )
-            trial.temporary_state.num_restore_failures = state.restore_failures
+                               trial_id, state.status)
+            if plan.failures is not None:
+                logger.warning(
+                    "statemachine: trial %s: num_failures %d from the event log (Ray's "
+                    "experiment state said %d)", trial_id, plan.failures, ray_failures,
+                )
+                surface.set_num_failures(trial, plan.failures)
+            if plan.restore_failures is not None:
+                logger.warning(
+                    "statemachine: trial %s: %d restore failure(s) of checkpoint %s already "
+                    "spent before the driver restarted", trial_id, plan.restore_failures,
+                    current,
+                )
+                surface.set_restore_failures(trial, plan.restore_failures)
 
     # ------------------------------------------------------------------ Tune hooks
 
@@ -408,21 +401,21 @@ class EventLogCallback(Callback):
     def on_trial_start(self, iteration: int, trials: list[Any], trial: Any,
                        **info: Any) -> None:
         """An actor started for the trial; it restores when Ray has a checkpoint for it."""
-        self._maybe_stopped.pop(trial.trial_id, None)
-        self._record(trial, TrialStarted(restore_from=checkpoints.current_checkpoint_path(trial)))
+        self._maybe_stopped.pop(surface.trial_id(trial), None)
+        self._record(trial, TrialStarted(restore_from=surface.current_checkpoint(trial)))
 
     @_never_raises
     def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any,
                       **info: Any) -> None:
         """The trial saved a checkpoint."""
-        self._record(trial, CheckpointSaved(checkpoint=str(checkpoint.path)))
+        self._record(trial, CheckpointSaved(checkpoint=surface.checkpoint_path(checkpoint)))
 
     @_never_raises
     def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any,
                           **info: Any) -> None:
         """The trial finished (RUNNING) or was stopped before it could (otherwise)."""
         state = self._track(trial)
-        if state is None or state.status not in _LIVE:
+        if state is None or state.status not in LIVE:
             return
         if state.status is Status.RUNNING:
             self._record(trial, TrialCompleted())
@@ -440,10 +433,11 @@ class EventLogCallback(Callback):
             return
         recorder.flush(force=True)
         for trial in trials:
-            state = recorder.state(trial.trial_id)
-            if state is not None and state.status.value != trial.status:
+            trial_id, ray_status = surface.trial_id(trial), surface.status(trial)
+            state = recorder.state(trial_id)
+            if state is not None and state.status.value != ray_status:
                 logger.warning("statemachine: trial %s ends %s in Ray but %s in the log",
-                               trial.trial_id, trial.status, state.status)
+                               trial_id, ray_status, state.status)
         self._summary = self.summary()
         if recorder.unwritten:
             saved = recorder.save_unwritten(self._unwritten_path(trials))

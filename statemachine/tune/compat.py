@@ -1,8 +1,10 @@
 """Which Ray versions this integration supports, and a clear refusal of the others.
 
-The integration wraps DeveloperAPI methods of ``ray.tune.experiment.Trial`` and reads a few of
-its attributes; those are stable across Ray 2.x but not promised. It is tested against the
-version pinned in ``setup.cfg`` (2.60 today) and accepts the 2.x range declared there.
+The integration wraps DeveloperAPI methods of ``ray.tune.experiment.Trial`` and reads and
+writes a few of its internals, all in :mod:`statemachine.tune.ray_surface`; those are stable
+across Ray 2.x but not promised. ``.ci/run`` runs the Ray-facing tests on both ends of the
+supported range: the newest Ray that ``pip`` resolves for ``ray[tune]>=2.40,<3`` and the
+oldest supported one, :data:`MIN_RAY` (pinned as ``ray[tune]==2.40.0``).
 """
 
 from __future__ import annotations
@@ -14,14 +16,17 @@ from statemachine.exceptions import StateMachineError
 #: Lowest supported Ray version (inclusive) and first unsupported one (exclusive).
 MIN_RAY = (2, 40)
 MAX_RAY_EXCLUSIVE = (3, 0)
-TESTED_RAY = "2.60"
-
-#: What the error seam touches on ``Trial``; a Ray without them cannot be supported.
-TRIAL_METHODS = ("handle_error", "on_restore", "set_status", "should_recover")
+#: The Ray versions the test suite runs on (``.ci/run``): the oldest supported and the newest.
+TESTED_RAY = ("2.40.0", "2.60.0")
 
 
 class UnsupportedRayError(StateMachineError, ImportError):
     """The installed Ray is outside the supported range or lacks what the seam needs."""
+
+
+def tested_text() -> str:
+    """``2.40.0 and 2.60.0``: the tested versions, for messages."""
+    return " and ".join(TESTED_RAY)
 
 
 def parse_version(text: str) -> tuple[int, int]:
@@ -38,8 +43,8 @@ def check_version(text: str) -> None:
     if not MIN_RAY <= version < MAX_RAY_EXCLUSIVE:
         low = ".".join(map(str, MIN_RAY))
         raise UnsupportedRayError(
-            f"statemachine.tune supports ray[tune] >= {low}, < 3 (tested with {TESTED_RAY}); "
-            f"ray {text} is installed: install a supported version, e.g. "
+            f"statemachine.tune supports ray[tune] >= {low}, < 3 (tested with "
+            f"{tested_text()}); ray {text} is installed: install a supported version, e.g. "
             f"pip install 'ray[tune]>={low},<3'"
         )
 
@@ -48,15 +53,21 @@ def check_ray() -> None:
     """Check the installed Ray: its version and the ``Trial`` methods the seam wraps."""
     try:
         import ray
-        from ray.tune.experiment import Trial
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise UnsupportedRayError(
             f"statemachine.tune needs ray[tune]: pip install 'statemachine[ray]' ({exc})"
         ) from None
     check_version(ray.__version__)
-    missing = [name for name in TRIAL_METHODS if not callable(getattr(Trial, name, None))]
+    try:
+        from statemachine.tune import ray_surface
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise UnsupportedRayError(
+            f"ray {ray.__version__}: {exc}; statemachine.tune needs ray[tune] (tested with "
+            f"{tested_text()}): pip install 'statemachine[ray]'"
+        ) from None
+    missing = ray_surface.missing_trial_methods()
     if missing:
         raise UnsupportedRayError(
             f"ray {ray.__version__}: ray.tune.experiment.Trial lacks {', '.join(missing)}; "
-            f"statemachine.tune is tested with ray {TESTED_RAY}"
+            f"statemachine.tune is tested with ray {tested_text()}"
         )

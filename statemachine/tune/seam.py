@@ -11,20 +11,22 @@ not called. So the seam wraps, once per process and idempotently:
 - ``Trial.should_recover``: answers with the listener's decision when it made one.
 
 The original method always runs and its result is returned; a listener that raises is logged
-and ignored, so nothing escapes into Tune.
+and ignored, so nothing escapes into Tune. The wrapping itself (which methods, their
+signatures) lives with the rest of the Ray surface in :mod:`statemachine.tune.ray_surface`;
+this module routes what the wrappers report to the listener that owns the trial.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from statemachine.tune import ray_surface
+
 logger = logging.getLogger(__name__)
 
-_WRAPPED_MARK = "__statemachine_seam__"
 _lock = threading.Lock()
 _listeners: list[TrialListener] = []
 
@@ -41,7 +43,7 @@ class TrialListener(Protocol):
     def trial_restored(self, trial: Any) -> None:
         """``trial`` restored from its checkpoint."""
 
-    def status_changed(self, trial: Any, old: str, new: str) -> None:
+    def status_changed(self, trial: Any, old: str | None, new: str) -> None:
         """Ray set ``trial``'s status from ``old`` to ``new``."""
 
     def recover_decision(self, trial: Any) -> bool | None:
@@ -83,88 +85,32 @@ def _notify(what: str, call: Callable[[TrialListener], Any], trial: Any) -> Any:
         return None
 
 
-def _is_restoring(trial: Any) -> bool:
-    try:
-        return bool(trial.is_restoring)
-    except Exception:  # a half-built trial has no temporary state
-        return False
+class _Router:
+    """Reports from the wrapped ``Trial`` methods, routed to the listener owning the trial."""
+
+    def failed(self, trial: Any, exc: BaseException | None, restoring: bool) -> None:
+        _notify("the failure", lambda lst: lst.trial_failed(trial, exc, restoring), trial)
+
+    def restored(self, trial: Any) -> None:
+        _notify("the restore", lambda lst: lst.trial_restored(trial), trial)
+
+    def status_changed(self, trial: Any, old: str | None, new: str) -> None:
+        _notify("a status change", lambda lst: lst.status_changed(trial, old, new), trial)
+
+    def recover_decision(self, trial: Any) -> bool | None:
+        answer = _notify("the recover decision", lambda lst: lst.recover_decision(trial), trial)
+        return None if answer is None else bool(answer)
 
 
-def _wrap_handle_error(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def handle_error(self: Any, exc: BaseException | None = None, *args: Any, **kw: Any) -> Any:
-        restoring = _is_restoring(self)
-        result = original(self, exc, *args, **kw)
-        _notify("the failure", lambda lst: lst.trial_failed(self, exc, restoring), self)
-        return result
-
-    return handle_error
-
-
-def _wrap_on_restore(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def on_restore(self: Any, *args: Any, **kw: Any) -> Any:
-        result = original(self, *args, **kw)
-        _notify("the restore", lambda lst: lst.trial_restored(self), self)
-        return result
-
-    return on_restore
-
-
-def _wrap_set_status(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def set_status(self: Any, status: str, *args: Any, **kw: Any) -> Any:
-        old = getattr(self, "status", None)
-        result = original(self, status, *args, **kw)
-        if old != status:
-            _notify(
-                "a status change", lambda lst: lst.status_changed(self, old, status), self
-            )
-        return result
-
-    return set_status
-
-
-def _wrap_should_recover(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def should_recover(self: Any, *args: Any, **kw: Any) -> Any:
-        ray_says = original(self, *args, **kw)
-        ours = _notify("the recover decision", lambda lst: lst.recover_decision(self), self)
-        return ray_says if ours is None else ours
-
-    return should_recover
-
-
-_WRAPPERS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
-    "handle_error": _wrap_handle_error,
-    "on_restore": _wrap_on_restore,
-    "set_status": _wrap_set_status,
-    "should_recover": _wrap_should_recover,
-}
+_ROUTER = _Router()
 
 
 def install(trial_cls: type | None = None) -> None:
     """Wrap the ``Trial`` methods once; calling it again changes nothing."""
-    if trial_cls is None:
-        from ray.tune.experiment import Trial
-
-        trial_cls = Trial
     with _lock:
-        for name, wrap in _WRAPPERS.items():
-            current = trial_cls.__dict__.get(name)
-            if current is None or getattr(current, _WRAPPED_MARK, False):
-                continue
-            wrapped = wrap(current)
-            setattr(wrapped, _WRAPPED_MARK, True)
-            setattr(trial_cls, name, wrapped)
+        ray_surface.wrap_trial_methods(_ROUTER, trial_cls)
 
 
 def installed(trial_cls: type | None = None) -> bool:
     """Whether every seam method of ``Trial`` is wrapped."""
-    if trial_cls is None:
-        from ray.tune.experiment import Trial
-
-        trial_cls = Trial
-    return all(
-        getattr(trial_cls.__dict__.get(name), _WRAPPED_MARK, False) for name in _WRAPPERS
-    )
+    return ray_surface.trial_methods_wrapped(trial_cls)

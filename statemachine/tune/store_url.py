@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from statemachine.tune import ray_surface
+
 URL_ENV = "STATEMACHINE_DB_URL"
 DEFAULT_FILENAME = "statemachine.db"
 
@@ -27,11 +29,10 @@ def is_local_filesystem(fs: Any) -> bool:
 
 def default_db_path(trial: Any) -> Path:
     """The default SQLite file for the experiment ``trial`` belongs to."""
-    storage = trial.storage
-    if is_local_filesystem(storage.storage_filesystem):
-        folder = Path(storage.experiment_fs_path)
+    if is_local_filesystem(ray_surface.storage_filesystem(trial)):
+        folder = Path(ray_surface.experiment_path(trial))
     else:
-        folder = Path("~/ray_results").expanduser() / storage.experiment_dir_name
+        folder = Path("~/ray_results").expanduser() / ray_surface.experiment_name(trial)
     return folder / DEFAULT_FILENAME
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import ray
 from ray import tune
 
+from statemachine.tune import CheckpointConfig, FailureConfig, RunConfig
 from tests.faults.fault_trainables import Steps
 
 
@@ -53,10 +54,10 @@ def main(mode: str, storage: str, name: str, config: str, cpus: str, out: str) -
             tuner = tune.Tuner(
                 Steps,
                 param_space=json.loads(config),
-                run_config=tune.RunConfig(
+                run_config=RunConfig(
                     name=name, storage_path=storage, callbacks=[EventLogCallback()], verbose=0,
-                    failure_config=tune.FailureConfig(max_failures=10),
-                    checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1),
+                    failure_config=FailureConfig(max_failures=10),
+                    checkpoint_config=CheckpointConfig(checkpoint_frequency=1),
                 ),
             )
         else:

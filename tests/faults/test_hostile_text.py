@@ -173,7 +173,7 @@ def test_tune_run_with_non_utf8_grid_values_logs_every_event(
     """
     from ray import tune
 
-    from statemachine.tune import EventLogCallback
+    from statemachine.tune import CheckpointConfig, EventLogCallback, FailureConfig, RunConfig
     from tests.tune.tune_trainables import Flaky
 
     tags = [os.fsdecode(b"shard-\xff.bin"), os.fsdecode(b"shard-\xfe.bin"), "shard-ok.bin"]
@@ -185,10 +185,10 @@ def test_tune_run_with_non_utf8_grid_values_logs_every_event(
         param_space={"ctl": str(ctl), "iters": 3,
                      "variant": tune.grid_search([{"tag": tags[0], "fail_at": 2},
                                                   {"tag": tags[1]}, {"tag": tags[2]}])},
-        run_config=tune.RunConfig(
+        run_config=RunConfig(
             name="hostile_text", storage_path=str(tmp_path / "results"), callbacks=[callback],
-            verbose=0, failure_config=tune.FailureConfig(max_failures=1),
-            checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1),
+            verbose=0, failure_config=FailureConfig(max_failures=1),
+            checkpoint_config=CheckpointConfig(checkpoint_frequency=1),
         ),
     ).fit()
     assert not grid.errors

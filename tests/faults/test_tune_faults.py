@@ -95,15 +95,17 @@ def run_tune(tmp_path: Path, name: str, callback: Any) -> Any:
     held by the files of :data:`HOLDS`."""
     from ray import tune
 
+    from statemachine.tune import CheckpointConfig, FailureConfig, RunConfig
+
     ctl = tmp_path / "ctl"
     tuner = tune.Tuner(
         Steps,
         param_space={"ctl": str(ctl), "iters": ITERS, "sleep": SLEEP, "fail_at": [6],
                      "holds": HOLDS},
-        run_config=tune.RunConfig(
+        run_config=RunConfig(
             name=name, storage_path=str(tmp_path / "results"), callbacks=[callback],
-            verbose=0, failure_config=tune.FailureConfig(max_failures=3),
-            checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1),
+            verbose=0, failure_config=FailureConfig(max_failures=3),
+            checkpoint_config=CheckpointConfig(checkpoint_frequency=1),
         ),
     )
     return tuner.fit()

@@ -29,6 +29,8 @@ def fit(tmp_path: Path, name: str, config: dict[str, Any], callback: Any, *,
     """Run ``Flaky`` with ``config`` (or one trial per ``grid`` entry) and return the grid."""
     from ray import tune
 
+    from statemachine.tune import CheckpointConfig, FailureConfig, RunConfig
+
     param_space = dict(config)
     if grid is not None:
         param_space["variant"] = tune.grid_search(grid)
@@ -36,13 +38,13 @@ def fit(tmp_path: Path, name: str, config: dict[str, Any], callback: Any, *,
         Flaky,
         param_space=param_space,
         tune_config=tune.TuneConfig(scheduler=scheduler),
-        run_config=tune.RunConfig(
+        run_config=RunConfig(
             name=name,
             storage_path=str(tmp_path / "results"),
             callbacks=[callback],
             verbose=0,
-            failure_config=tune.FailureConfig(max_failures=max_failures),
-            checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1),
+            failure_config=FailureConfig(max_failures=max_failures),
+            checkpoint_config=CheckpointConfig(checkpoint_frequency=1),
         ),
     )
     return tuner.fit()
@@ -317,7 +319,7 @@ def test_a_store_failure_mid_run_is_retried(
     import psycopg
     from ray import tune
 
-    from statemachine.tune import EventLogCallback
+    from statemachine.tune import CheckpointConfig, EventLogCallback, RunConfig
 
     url = postgres_url()
 
@@ -341,9 +343,9 @@ def test_a_store_failure_mid_run_is_retried(
     name = f"pg-drop-{uuid.uuid4().hex[:8]}"
     grid = tune.Tuner(
         Flaky, param_space={"ctl": str(ctl), "iters": 3},
-        run_config=tune.RunConfig(
+        run_config=RunConfig(
             name=name, storage_path=str(tmp_path / "results"), callbacks=[dropper, callback],
-            verbose=0, checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1)),
+            verbose=0, checkpoint_config=CheckpointConfig(checkpoint_frequency=1)),
     ).fit()
     assert dropper.dropped >= 1, "no store connection was open to drop"
     assert callback.write_failures >= 1

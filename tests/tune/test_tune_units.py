@@ -1,8 +1,11 @@
-"""Parts of the Tune integration that need no Ray cluster: versions, paths, the error file."""
+"""Parts of the Tune integration that need no Ray cluster: versions, paths, the error file,
+the docs' example, and where Ray's internals are touched."""
 
 from __future__ import annotations
 
 import os
+import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,7 @@ from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.state import Counters
 from statemachine.domain.status import Decision, Status
 from statemachine.tune.checkpoints import refusal
-from statemachine.tune.compat import UnsupportedRayError, check_version
+from statemachine.tune.compat import UnsupportedRayError, check_version, parse_version
 from statemachine.tune.errorfile import rewrite_last_header
 
 
@@ -78,3 +81,88 @@ def test_checkpoint_deletion_refuses_paths_outside_the_trial(tmp_path: Path) -> 
     assert refusal("bucket/exp/trial_1/checkpoint_000001", "bucket/exp/trial_1", False) is None
     assert "'..'" in refusal("bucket/exp/trial_1/../x", "bucket/exp/trial_1", False)
     assert os.path.isdir(outside)
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: Attributes of Ray's objects (``Trial``, its storage, checkpoint manager and metadata) that
+#: only ``statemachine/tune/ray_surface.py`` may touch.
+RAY_INTERNALS = {
+    "run_metadata", "temporary_state", "storage", "latest_checkpoint_result",
+    "checkpoint_manager", "num_restore_failures", "is_restoring", "error_file",
+    "experiment_dir_name", "experiment_fs_path", "trial_fs_path", "storage_filesystem",
+    "_restore_checkpoint_result", "_latest_checkpoint_result", "_checkpoint_results",
+    "best_checkpoint_results", "invalidate_cache", "invalidate_json_state", "handle_error",
+    "on_restore", "set_status", "should_recover",
+}
+
+
+def test_only_ray_surface_touches_rays_internals() -> None:
+    import ast
+
+    offenders = []
+    for path in sorted((REPO / "statemachine").rglob("*.py")):
+        if path.name == "ray_surface.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Attribute) and node.attr in RAY_INTERNALS
+                    and not (isinstance(node.value, ast.Name)
+                             and node.value.id in ("ray_surface", "surface"))):
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno} .{node.attr}")
+    assert offenders == []
+
+
+def python_examples(doc: Path) -> list[str]:
+    """The ``python`` code blocks of a Markdown file that build a ``tune.Tuner``."""
+    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.S)
+    return [block for block in blocks if "tune.Tuner(" in block]
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/tune.md"])
+def test_the_docs_tuner_example_runs_on_the_installed_ray_without_deprecations(
+    doc: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The example builds its Tuner on this Ray (2.40 has no ``tune.RunConfig``; 2.60 warns
+    when ``ray.train``'s is used); the config is the one the example wrote."""
+    from ray import tune
+
+    class Trainable(tune.Trainable):  # type: ignore[misc]
+        def step(self) -> dict[str, bool]:
+            return {"done": True}
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # Ray's default storage: ~/ray_results
+    (example,) = python_examples(REPO / doc)
+    namespace: dict[str, object] = {"trainable": Trainable, "MyTrainable": Trainable}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exec(compile(example, doc, "exec"), namespace)
+    assert [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)] == []
+    tuner = namespace["tuner"]
+    assert isinstance(tuner, tune.Tuner)
+    run_config = tuner._local_tuner.get_run_config()
+    assert run_config.failure_config.max_failures == 3
+    assert [type(c).__name__ for c in run_config.callbacks] == ["EventLogCallback"]
+
+
+def test_tuner_config_classes_are_the_installed_rays_own() -> None:
+    import ray.train
+    import ray.tune
+
+    import statemachine.tune as ours
+
+    home = ray.tune if hasattr(ray.tune, "RunConfig") else ray.train
+    for name in ("RunConfig", "FailureConfig", "CheckpointConfig"):
+        assert getattr(ours, name) is getattr(home, name)
+
+
+def test_the_oldest_supported_ray_is_the_one_ci_tests() -> None:
+    """setup.cfg's lower bound, compat.MIN_RAY and the version .ci/run installs agree."""
+    from statemachine.tune.compat import MIN_RAY, TESTED_RAY
+
+    low = ".".join(map(str, MIN_RAY))
+    setup = (REPO / "setup.cfg").read_text(encoding="utf-8")
+    bounds = set(re.findall(r"ray\[tune\]>=([\d.]+),<3", setup))
+    assert bounds == {low}
+    (pinned,) = re.findall(r"^OLD_RAY=([\d.]+)$", (REPO / ".ci" / "run").read_text(), re.M)
+    assert parse_version(pinned) == MIN_RAY
+    assert TESTED_RAY[0] == pinned

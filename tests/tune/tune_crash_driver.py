@@ -17,6 +17,8 @@ import ray
 from ray import tune
 from tune_trainables import Flaky
 
+from statemachine.tune import CheckpointConfig, FailureConfig, RunConfig
+
 
 def main(mode: str, storage: str, name: str, ctl: str, with_callback: str, out: str) -> None:
     ray.init(num_cpus=2, include_dashboard=False, address="local")
@@ -30,10 +32,10 @@ def main(mode: str, storage: str, name: str, ctl: str, with_callback: str, out: 
             tuner = tune.Tuner(
                 Flaky,
                 param_space={"ctl": ctl, "iters": 4, "fail_at": 2},
-                run_config=tune.RunConfig(
+                run_config=RunConfig(
                     name=name, storage_path=storage, callbacks=callbacks, verbose=0,
-                    failure_config=tune.FailureConfig(max_failures=2),
-                    checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1),
+                    failure_config=FailureConfig(max_failures=2),
+                    checkpoint_config=CheckpointConfig(checkpoint_frequency=1),
                 ),
             )
         else:
