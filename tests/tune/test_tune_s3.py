@@ -27,7 +27,7 @@ from statemachine.cli import cli
 from statemachine.log import EventStore
 from statemachine.log.remote import RemoteFile
 from tests.s3_server import S3Server
-from tests.tune.test_tune_driver_crash import EXPECTED_FAILURES, R, Driver, run_scenario
+from tests.tune.test_tune_driver_crash import EXPECTED_FAILURES, Driver, R, run_scenario
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
