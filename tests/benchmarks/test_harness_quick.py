@@ -67,7 +67,7 @@ def test_the_upload_section_measures_s3_uploads_and_the_loops_share(tmp_path: Pa
         assert not os.environ.get("CI"), "CI must have the S3 server (moto[server])"
     for row in ("MB): plain upload of the file (baseline)",
                 "consistent copy + upload + move (LogSync)",
-                "ExperimentLog.record: one durable event (the loop's own cost, baseline)",
+                "ExperimentLog.record, no upload running (baseline)",
                 "LogSync.request (returns at once; the upload runs in the background)",
                 "requests became"):
         assert row in printed, row
