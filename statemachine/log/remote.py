@@ -79,6 +79,24 @@ class RemoteFile:
                 self.fs.delete_file(temporary)
             raise LogSyncError(f"uploading to {self.label} failed: {_oneline(exc)}") from exc
 
+    def remove_leftovers(self) -> int:
+        """Delete temporary uploads a killed uploader left beside the file; returns how many.
+
+        Only for the one driver of an experiment, before it uploads anything.
+        """
+        import pyarrow.fs
+
+        folder, _, name = self.path.rpartition("/")
+        prefix = f".{name}.uploading-"
+        try:
+            found = self.fs.get_file_info(pyarrow.fs.FileSelector(folder, allow_not_found=True))
+            stale = [i.path for i in found if i.base_name.startswith(prefix)]
+            for path in stale:
+                self.fs.delete_file(path)
+        except Exception as exc:
+            raise LogSyncError(f"cannot list or clean {folder}: {_oneline(exc)}") from exc
+        return len(stale)
+
     def download(self, local: Path) -> bool:
         """Write the file's content to ``local`` (replaced); False when there is no such file."""
         if not self.exists():

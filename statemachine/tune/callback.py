@@ -265,7 +265,7 @@ class EventLogCallback(Callback):
         if record is None:
             return  # refused by the fold: Ray's own accounting stands
         self._steer(trial, record, known_checkpoints)
-        self._upload_log()  # a decision: the storage's copy must hold it
+        self._upload_log(changed_only=True)  # a decision: the storage's copy must hold it
         error_file = surface.error_file(trial)
         if error_file:
             try:
@@ -470,11 +470,12 @@ class EventLogCallback(Callback):
 
     # ------------------------------------------------------------------ the log's copy
 
-    def _upload_log(self) -> None:
-        """Ask for an upload of the log to the experiment's storage (returns at once)."""
+    def _upload_log(self, *, changed_only: bool = False) -> None:
+        """Ask for an upload of the log to the experiment's storage (returns at once);
+        ``changed_only``: not when this driver wrote nothing since the last request."""
         if self._log_sync is not None and self._recorder is not None:
             self._recorder.flush()
-            self._log_sync.request()
+            self._log_sync.request(self._recorder.recorded if changed_only else None)
 
     def get_state(self) -> dict[str, Any] | None:
         """Tune's experiment checkpoint: the log's copy goes to storage with it.
@@ -482,7 +483,7 @@ class EventLogCallback(Callback):
         Nothing is added to Tune's callback state (``None``); see :meth:`__getstate__`.
         """
         try:
-            self._upload_log()
+            self._upload_log(changed_only=True)
         except Exception:  # never raise into Tune
             self.hook_errors += 1
             logger.exception("statemachine: get_state failed; the run continues")

@@ -140,6 +140,7 @@ class LogSync:
         self._urgent = False
         self._closing = False
         self._thread: threading.Thread | None = None
+        self._version: int | None = None
 
     # ------------------------------------------------------------------ before opening
 
@@ -150,15 +151,30 @@ class LogSync:
         message = bring_newest(self.local, self.remote)
         if message:
             logger.warning("statemachine: %s", message)
+        try:
+            removed = self.remote.remove_leftovers()
+        except LogSyncError as exc:  # tidying only: uploads may still work
+            logger.warning("statemachine: %s", exc)
+        else:
+            if removed:
+                logger.info("statemachine: removed %d unfinished upload(s) beside %s",
+                            removed, self.remote.label)
         self.ready = True
 
     # ------------------------------------------------------------------ uploads
 
-    def request(self) -> None:
-        """Ask for an upload of the log as it is now; returns at once."""
+    def request(self, version: int | None = None) -> None:
+        """Ask for an upload of the log as it is now; returns at once.
+
+        ``version``: a number that changes whenever the log does (the events this driver
+        wrote); a request with the version of the previous one is skipped. ``None`` always
+        uploads.
+        """
         started = time.perf_counter()
         with self._cond:
-            if self.ready and not self._closing:
+            unchanged = version is not None and version == self._version
+            self._version = version
+            if self.ready and not self._closing and not unchanged:
                 self._requested += 1
                 self.stats.requests += 1
                 if self._thread is None:

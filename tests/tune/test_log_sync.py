@@ -135,6 +135,30 @@ def test_uploads_return_at_once_and_coalesce(tmp_path: Path) -> None:
     assert log_progress(storage) == log_progress(local)
 
 
+def test_an_unchanged_log_is_not_uploaded_again_and_leftovers_are_removed(
+    tmp_path: Path,
+) -> None:
+    local = tmp_path / "home" / "statemachine.db"
+    write_log(local, trials=2)
+    storage = tmp_path / "storage" / "statemachine.db"
+    storage.parent.mkdir()
+    leftover = storage.parent / ".statemachine.db.uploading-0123456789ab"
+    leftover.write_bytes(b"half an upload of a killed driver")
+    sync = LogSync(local, RemoteFile(local_fs(), str(storage)))
+    sync.prepare()
+    assert not leftover.exists()
+    sync.request(7)
+    assert sync.flush(timeout=30)
+    sync.request(7)  # nothing written since: no upload
+    sync.request(7)
+    assert not sync.pending and sync.stats.requests == 1
+    sync.request(8)
+    sync.request()  # None: always
+    assert sync.close(timeout=30)
+    assert sync.stats.requests == 3
+    assert sorted(p.name for p in storage.parent.iterdir()) == ["statemachine.db"]
+
+
 def test_a_failed_upload_is_retried_reported_and_recovers(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
