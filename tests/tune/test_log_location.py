@@ -26,7 +26,7 @@ def test_a_log_on_a_network_filesystem_is_warned_about_once(
 ) -> None:
     from ray import tune
 
-    from statemachine.tune import EventLogCallback
+    from statemachine.tune import EventLogCallback, RunConfig
 
     results = tmp_path / "results"
     results.mkdir()
@@ -45,8 +45,8 @@ def test_a_log_on_a_network_filesystem_is_warned_about_once(
         tune.Tuner(
             Flaky,
             param_space={"ctl": str(ctl), "iters": 2, "variant": tune.grid_search([{}, {}])},
-            run_config=tune.RunConfig(name="onnfs", storage_path=str(results), verbose=0,
-                                      callbacks=[EventLogCallback()]),
+            run_config=RunConfig(name="onnfs", storage_path=str(results), verbose=0,
+                                 callbacks=[EventLogCallback()]),
         ).fit()
     warnings = [r.getMessage() for r in caplog.records if "filesystem" in r.getMessage()]
     assert len(warnings) == 1, warnings
