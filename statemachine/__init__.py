@@ -46,9 +46,11 @@ from statemachine.domain.state import Counters, TrialState
 from statemachine.domain.status import Decision, Status
 from statemachine.exceptions import (
     ConcurrencyError,
+    CredentialsNotFoundError,
     EventDecodeError,
     FencedError,
     InvalidTransitionError,
+    LogSyncError,
     NotAnEventLogError,
     PolicyError,
     SchemaVersionError,
@@ -103,6 +105,7 @@ __all__ = [
     "CheckpointsDiscarded",
     "ConcurrencyError",
     "Counters",
+    "CredentialsNotFoundError",
     "Decision",
     "Event",
     "EventDecodeError",
@@ -112,6 +115,7 @@ __all__ = [
     "ExperimentLog",
     "FencedError",
     "InvalidTransitionError",
+    "LogSyncError",
     "NotAnEventLogError",
     "PolicyError",
     "PolicySet",

@@ -116,3 +116,12 @@ class UnknownTrialError(StoreError, LookupError):
         self.suggestions = suggestions
         hint = f"; did you mean {', '.join(map(repr, suggestions))}?" if suggestions else ""
         super().__init__(f"experiment {experiment!r} has no trial {trial_id!r}{hint}")
+
+
+class CredentialsNotFoundError(StoreError):
+    """A log URL's password is needed (it is never saved with the experiment) but none of the
+    places it is looked up in has it; the message names each place and what it held."""
+
+
+class LogSyncError(StoreError):
+    """The event log's copy on the experiment's storage could not be read or written."""

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
+from tests.s3_server import S3Server, running_s3_server
+
 PG_URL_ENV = "STATEMACHINE_TEST_PG_URL"
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
@@ -61,3 +63,31 @@ def pg_url(pg_server_url: str) -> Iterator[str]:
     with psycopg.connect(_libpq(pg_server_url), autocommit=True) as conn:
         conn.execute("SET lock_timeout = '20s'")
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A real S3 API on 127.0.0.1 (moto's server), for the whole session; killed at its end.
+
+    Skipped with the reason when it cannot start, except when ``CI`` is set: then it fails.
+    """
+    log = tmp_path_factory.mktemp("s3") / "moto.log"
+    try:
+        server = running_s3_server(log)
+        started = server.__enter__()
+    except RuntimeError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"the S3 server could not start: {exc} (CI is set: S3 tests must run)")
+        pytest.skip(f"the S3 server could not start: {exc}")
+    try:
+        yield started
+    finally:
+        server.__exit__(None, None, None)
+
+
+@pytest.fixture
+def s3_env(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
+    """The S3 server, with this process's AWS variables pointing at it (restored after)."""
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    return s3_server

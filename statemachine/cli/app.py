@@ -82,7 +82,10 @@ class ReplayGroup(click.Group):
     envvar=DB_ENV,
     show_envvar=True,
     metavar="URL|FILE|FOLDER",
-    help="The event log: a SQLAlchemy URL, a SQLite file, or an experiment folder.",
+    help=(
+        "The event log: a SQLAlchemy URL, a SQLite file, an experiment folder, or an "
+        "experiment on storage (s3://bucket/path/experiment, read from a downloaded copy)."
+    ),
 )
 @click.version_option(package_name="statemachine", prog_name=PROG)
 @click.pass_context

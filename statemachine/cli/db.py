@@ -39,7 +39,7 @@ def resolve_db(db: str | None) -> str:
             f"no event log given: pass --db URL|FILE|FOLDER or set {DB_ENV}"
         )
     if "://" in db:
-        return db
+        return db  # a database URL (a storage URI is handled by open_store)
     path = Path(db).expanduser()
     if path.is_dir():
         log_file = path / DEFAULT_LOG_FILENAME
@@ -56,8 +56,27 @@ def resolve_db(db: str | None) -> str:
 
 @contextmanager
 def open_store(db: str | None, *, create: bool = False) -> Iterator[EventStore]:
-    """Open the store ``db`` names, read-only unless ``create``; closed on exit."""
-    target = db if create and db else resolve_db(db)
+    """Open the store ``db`` names, read-only unless ``create``; closed on exit.
+
+    A storage URI (``s3://bucket/path/experiment``) is the log a Tune experiment keeps on its
+    storage: it is downloaded to a temporary file, read from there and deleted afterwards.
+    """
+    from statemachine.log.remote import downloaded, is_storage_uri
+
+    if db and is_storage_uri(db):
+        if create:
+            raise BadInput(
+                "cannot write to an event log on storage; write to a local file (--db FILE)"
+            )
+        with downloaded(db) as local, _opened(str(local), create=False) as store:
+            yield store
+        return
+    with _opened(db if create and db else resolve_db(db), create=create) as store:
+        yield store
+
+
+@contextmanager
+def _opened(target: str, *, create: bool) -> Iterator[EventStore]:
     from statemachine.log import EventStore
 
     store = EventStore.open(target, create=create)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Status
 from statemachine.exceptions import EventDecodeError
+from statemachine.log.credentials import redact_uri
 
 if TYPE_CHECKING:
     from statemachine.log.records import ExperimentInfo, SessionInfo, StoredEvent
@@ -92,7 +93,9 @@ def experiment_row(
     """Schema ``experiments``: one experiment."""
     return {
         "name": info.name,
-        "storage_path": info.storage_path,
+        # Credentials in a storage URI are never shown (a log written before they were
+        # redacted on the way in may hold them).
+        "storage_path": redact_uri(info.storage_path) if info.storage_path else None,
         "created_at": iso(info.created_at),
         "current_epoch": info.epoch,
         "trials": info.trials,

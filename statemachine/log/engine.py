@@ -41,8 +41,10 @@ def to_url(url_or_path: str | Path) -> str:
 
 
 def describe(url: str | URL) -> str:
-    """The URL with any password hidden, for messages."""
-    return make_url(url).render_as_string(hide_password=True)
+    """The URL with any password hidden (also in its query), for messages."""
+    from statemachine.log.credentials import describe_url
+
+    return describe_url(url if isinstance(url, str) else url.render_as_string(False))
 
 
 def sqlite_path(url: str) -> Path | None:

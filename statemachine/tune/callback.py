@@ -46,17 +46,21 @@ from statemachine.domain.machine import TransitionRecord
 from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Decision, Status
+from statemachine.log.credentials import describe_url, redact_uri
 from statemachine.log.records import storable_name
-from statemachine.tune import checkpoints, errorfile, seam
+from statemachine.tune import checkpoints, errorfile, seam, secret_url
 from statemachine.tune import ray_surface as surface
 from statemachine.tune.compat import check_ray
+from statemachine.tune.log_sync import LogSync
 from statemachine.tune.reconcile import LIVE, RAY_PAUSED, RAY_PENDING, RAY_TERMINATED, reconcile
 from statemachine.tune.recorder import Recorder
-from statemachine.tune.store_url import resolve_url
+from statemachine.tune.store_url import log_sync_for, resolve_url, warn_if_network_filesystem
 
 logger = logging.getLogger(__name__)
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+#: How long the end of an experiment waits for the last upload of the log's copy.
+SYNC_CLOSE_TIMEOUT_S = 60.0
 _printed_urls: set[str] = set()
 
 
@@ -134,12 +138,16 @@ class EventLogCallback(Callback):
         self._recover: dict[str, bool] = {}
         self._maybe_stopped: dict[str, Any] = {}
         self._summary: dict[str, int] | None = None
+        self._log_sync: LogSync | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"url": self.url, "policy": self.policy, "busy_timeout_ms": self.busy_timeout_ms}
+        # Never a password in the experiment state (tuner.pkl goes to shared storage): the
+        # URL is saved without it and finds it again in the environment (secret_url).
+        return {**secret_url.saved(self.url), "policy": self.policy,
+                "busy_timeout_ms": self.busy_timeout_ms}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.url = state["url"]
+        self.url = secret_url.restored(state)
         self.policy = state["policy"]
         self.busy_timeout_ms = state.get("busy_timeout_ms")
         self._reset_runtime()
@@ -171,7 +179,9 @@ class EventLogCallback(Callback):
         counts = self._recorder.summary() if self._recorder else {
             "recorded": 0, "unwritten": 0, "write_failures": 0, "rejected": 0,
         }
-        return {**counts, "hook_errors": self.hook_errors}
+        sync = self._log_sync.stats if self._log_sync else None
+        uploads = {"uploads": sync.uploads, "upload_failures": sync.failures} if sync else {}
+        return {**counts, "hook_errors": self.hook_errors, **uploads}
 
     # ------------------------------------------------------------------ the log
 
@@ -182,14 +192,17 @@ class EventLogCallback(Callback):
         policy = self.policy or RetryPolicy.from_env(max_failures=surface.max_failures(trial))
         self._policy_in_force = policy
         url = resolve_url(self.url, trial)
-        self.store_url = url
+        self.store_url = describe_url(url)  # for messages: never the password
         # A folder name that is not valid UTF-8 cannot be stored or printed as it is.
         experiment = storable_name(self.experiment)
+        sync = self._log_sync = log_sync_for(self.url, trial)
         if url not in _printed_urls:
             _printed_urls.add(url)
-            print(f"statemachine: recording trial events of {experiment} to {url}",
-                  flush=True)
-        storage_path = surface.experiment_path(trial)
+            follows = f" (a copy follows the experiment to {sync.remote.label})" if sync else ""
+            print(f"statemachine: recording trial events of {experiment} to "
+                  f"{self.store_url}{follows}", flush=True)
+        warn_if_network_filesystem(url)
+        storage_path = redact_uri(surface.experiment_path(trial))
         options: dict[str, Any] = {}
         if self.busy_timeout_ms is not None:
             options["busy_timeout_ms"] = int(self.busy_timeout_ms)
@@ -197,6 +210,8 @@ class EventLogCallback(Callback):
         def open_log() -> Any:
             from statemachine.log import ExperimentLog
 
+            if sync is not None:
+                sync.prepare()  # the newest log from storage, before the counters are read
             return ExperimentLog.open(url, experiment, policy, storage_path=storage_path,
                                       **options)
 
@@ -250,6 +265,7 @@ class EventLogCallback(Callback):
         if record is None:
             return  # refused by the fold: Ray's own accounting stands
         self._steer(trial, record, known_checkpoints)
+        self._upload_log(changed_only=True)  # a decision: the storage's copy must hold it
         error_file = surface.error_file(trial)
         if error_file:
             try:
@@ -370,6 +386,7 @@ class EventLogCallback(Callback):
         """Install the error seam and listen to this run's trials."""
         if self._recorder is not None:
             self._recorder.close()
+            self._close_log_sync()
             self._reset_runtime()
         seam.install()
         seam.add_listener(self)
@@ -380,6 +397,7 @@ class EventLogCallback(Callback):
         if not self._reconciled:
             self._reconciled = True
             self._reconcile(trials)
+            self._upload_log()
         self._track_new(trials)
 
     def _track_new(self, trials: list[Any]) -> None:
@@ -448,6 +466,34 @@ class EventLogCallback(Callback):
         else:
             logger.info("statemachine: event log summary: %s", self._summary)
         recorder.close(clean=not recorder.unwritten)
+        self._close_log_sync()
+
+    # ------------------------------------------------------------------ the log's copy
+
+    def _upload_log(self, *, changed_only: bool = False) -> None:
+        """Ask for an upload of the log to the experiment's storage (returns at once);
+        ``changed_only``: not when this driver wrote nothing since the last request."""
+        if self._log_sync is not None and self._recorder is not None:
+            self._recorder.flush()
+            self._log_sync.request(self._recorder.recorded if changed_only else None)
+
+    def get_state(self) -> dict[str, Any] | None:
+        """Tune's experiment checkpoint: the log's copy goes to storage with it.
+
+        Nothing is added to Tune's callback state (``None``); see :meth:`__getstate__`.
+        """
+        try:
+            self._upload_log(changed_only=True)
+        except Exception:  # never raise into Tune
+            self.hook_errors += 1
+            logger.exception("statemachine: get_state failed; the run continues")
+        return None
+
+    def _close_log_sync(self) -> None:
+        sync, self._log_sync = self._log_sync, None
+        if sync is not None:
+            sync.request()
+            sync.close(timeout=SYNC_CLOSE_TIMEOUT_S)
 
     def _unwritten_path(self, trials: list[Any]) -> Path:
         folder = Path.cwd()

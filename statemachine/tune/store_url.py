@@ -2,17 +2,25 @@
 
 The default is ``statemachine.db`` in the experiment's folder when the experiment is stored on
 the local filesystem, so the log travels with the experiment; for remote storage (S3, GCS) it
-is ``~/ray_results/<experiment>/statemachine.db`` on the driver (set ``STATEMACHINE_DB_URL``,
-e.g. a PostgreSQL URL, for a log that outlives the driver's machine).
+is ``~/ray_results/<experiment>/statemachine.db`` on the driver, and a copy of it follows the
+experiment to its storage (:func:`log_sync_for`, :mod:`statemachine.tune.log_sync`). A SQLite
+log on a network or FUSE filesystem is warned about once (:func:`warn_if_network_filesystem`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from statemachine.tune import ray_surface
+
+if TYPE_CHECKING:
+    from statemachine.tune.log_sync import LogSync
+
+logger = logging.getLogger(__name__)
+_warned_paths: set[str] = set()
 
 URL_ENV = "STATEMACHINE_DB_URL"
 DEFAULT_FILENAME = "statemachine.db"
@@ -46,3 +54,38 @@ def resolve_url(url: str | None, trial: Any) -> str:
     path = default_db_path(trial)
     path.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{path}"
+
+
+def log_sync_for(url: str | None, trial: Any) -> LogSync | None:
+    """The sync of the default log with the experiment's remote storage; ``None`` when a URL
+    is given (``url`` or ``$STATEMACHINE_DB_URL``) or the experiment is stored locally."""
+    if url or os.environ.get(URL_ENV, "").strip():
+        return None
+    fs = ray_surface.storage_filesystem(trial)
+    if is_local_filesystem(fs):
+        return None
+    from statemachine.log.remote import RemoteFile
+    from statemachine.tune.log_sync import LogSync
+
+    remote = RemoteFile(fs, f"{ray_surface.experiment_path(trial)}/{DEFAULT_FILENAME}")
+    return LogSync(default_db_path(trial), remote)
+
+
+def warn_if_network_filesystem(url: str) -> None:
+    """Warn once per file when a SQLite log is on a network or FUSE filesystem."""
+    from statemachine.log.engine import sqlite_path, to_url
+    from statemachine.log.mounts import network_mount
+
+    path = sqlite_path(to_url(url))
+    if path is None or str(path) in _warned_paths:
+        return
+    _warned_paths.add(str(path))
+    mount = network_mount(path)
+    if mount is not None:
+        logger.warning(
+            "statemachine: the event log %s is on a %s filesystem (%s at %s): SQLite's locking "
+            "is not reliable there, and two drivers or a stale lock can corrupt the log. Use "
+            "PostgreSQL (EventLogCallback(url='postgresql+psycopg://...') or "
+            "STATEMACHINE_DB_URL), or a log on a local disk (url='/local/disk/statemachine.db')",
+            path, mount.fstype, mount.source, mount.mount_point,
+        )

@@ -51,6 +51,26 @@ def test_every_section_prints_its_rows_beside_baselines(quick_run: tuple[str, Pa
     ):
         assert row in printed, row
     assert "section tune: skipped under --quick" in printed
+    assert "section upload: skipped under --quick" in printed
+
+
+def test_the_upload_section_measures_s3_uploads_and_the_loops_share(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--section", "upload", "--no-postgres"],
+        cwd=REPO, capture_output=True, text=True, timeout=240,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    printed = done.stdout
+    assert "Traceback" not in printed and "FAILED" not in printed
+    if "One upload of the log to S3 (moto server" not in printed:
+        assert not os.environ.get("CI"), "CI must have the S3 server (moto[server])"
+    for row in ("MB): plain upload of the file (baseline)",
+                "consistent copy + upload + move (LogSync)",
+                "ExperimentLog.record, no upload running (baseline)",
+                "LogSync.request (returns at once; the upload runs in the background)",
+                "requests became"):
+        assert row in printed, row
 
 
 def test_peers_run_with_the_bench_extra_or_say_why_not(quick_run: tuple[str, Path, Path]) -> None:

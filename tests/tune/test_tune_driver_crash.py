@@ -15,7 +15,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tune_trainables import restore_attempts
@@ -28,18 +31,34 @@ R = 2
 DRIVER = HERE / "tune_crash_driver.py"
 
 
-def start_driver(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+@dataclass
+class Driver:
+    """How a driver process of the scenario runs: its environment and working folder."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    """Variables added to (or, when empty strings, removed from) the test's environment."""
+    cwd: Path | None = None
+
+
+def start_driver(args: list[str], log: Path, how: Driver | None = None
+                 ) -> subprocess.Popen[bytes]:
     """A driver in its own session, so the test can kill it and Ray's helpers together."""
     # TUNE_GLOBAL_CHECKPOINT_S=0: Ray snapshots the experiment every step, so at the kill its
     # state holds the checkpoint and num_failures, and the measured difference between the two
     # scenarios is the restore counter alone (with the default period Ray's snapshot may even
     # predate the checkpoint, and the trial would restart from scratch).
+    how = how or Driver()
     env = {**os.environ, "PYTHONPATH": worker_pythonpath(), "TUNE_RESTORE_RETRY_NUM": str(R),
            "TUNE_GLOBAL_CHECKPOINT_S": "0", "RAY_DEDUP_LOGS": "0"}
     env.pop("STATEMACHINE_DB_URL", None)
+    env.update(how.env)
+    env = {k: v for k, v in env.items() if v != ""}
+    if how.cwd is not None:
+        how.cwd.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
         return subprocess.Popen([sys.executable, str(DRIVER), *args], stdout=out,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                cwd=how.cwd)
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -51,42 +70,81 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=30)
 
 
-def run_scenario(tmp: Path, with_callback: bool) -> tuple[int, int, dict[str, list], Path]:
-    """Returns (restore attempts before the kill, attempts after restore, Ray's result)."""
+@dataclass
+class Scenario:
+    """What one run of the scenario measured."""
+
+    before: int
+    """Restore attempts before the kill."""
+    after: int
+    """Restore attempts after ``Tuner.restore``."""
+    result: dict[str, list[Any]]
+    """``{trial_id: [status, num_failures]}`` from the restored run's ``ResultGrid``."""
+    log: Path
+    """Both drivers' output."""
+
+
+def run_scenario(tmp: Path, callback: str, *, storage: str | None = None,
+                 first: Driver | None = None, second: Driver | None = None,
+                 before_kill: Callable[[], None] | None = None,
+                 after_kill: Callable[[], None] | None = None) -> Scenario:
+    """Fit, SIGKILL the driver while restore attempt R+1 hangs, ``Tuner.restore``.
+
+    ``callback``: ``0`` (plain Ray), ``1`` (``EventLogCallback()``) or a log URL.
+    ``storage``: the experiment's ``storage_path`` (default: a folder in ``tmp``).
+    ``before_kill``: waits for whatever must be true when the driver is killed (it has
+    asserted R+1 restore attempts); ``after_kill``: runs between the two drivers.
+    """
     ctl = tmp / "ctl"
     ctl.mkdir(parents=True)
     (ctl / "fail-restores").write_text("-1")
     (ctl / "block-restore-after").write_text(str(R))
-    storage, name, out = tmp / "results", "crash", tmp / "result.json"
-    log = tmp / "driver.log"
-    flag = "1" if with_callback else "0"
-    args = [str(storage), name, str(ctl), flag, str(out)]
+    storage = storage or str(tmp / "results")
+    name, out, log = "crash", tmp / "result.json", tmp / "driver.log"
+    args = [storage, name, str(ctl), callback, str(out)]
 
-    first = start_driver(["fit", *args], log)
+    driver = start_driver(["fit", *args], log, first)
     try:
         deadline = time.monotonic() + 180
         while restore_attempts(ctl) < R + 1:
-            assert first.poll() is None, f"driver ended early:\n{log.read_text()[-3000:]}"
+            assert driver.poll() is None, f"driver ended early:\n{log.read_text()[-3000:]}"
             assert time.monotonic() < deadline, f"no restore attempt {R + 1}:\n{log.read_text()}"
             time.sleep(0.2)
         time.sleep(0.5)  # the driver is idle now, waiting on the hanging restore
+        if before_kill is not None:
+            before_kill()
     finally:
-        kill_group(first)
+        kill_group(driver)
     before = restore_attempts(ctl)
     (ctl / "block-restore-after").unlink()
+    if after_kill is not None:
+        after_kill()
 
-    second = start_driver(["restore", *args], log)
+    driver = start_driver(["restore", *args], log, second)
     try:
-        second.wait(timeout=240)
+        driver.wait(timeout=240)
     finally:
-        kill_group(second)
+        kill_group(driver)
     assert out.exists(), f"restore driver wrote no result:\n{log.read_text()[-4000:]}"
-    return before, restore_attempts(ctl) - before, json.loads(out.read_text()), storage / name
+    return Scenario(before, restore_attempts(ctl) - before, json.loads(out.read_text()), log)
+
+
+#: The failures of the scenario's trial as the log records them, with the callback.
+EXPECTED_FAILURES = [
+    ("TrainingError", "RECOVER", 1),
+    ("RestoreError", "RETRY_RESTORE", 1),
+    ("RestoreError", "RETRY_RESTORE", 1),
+    ("RestoreError", "RECOVER", 2),
+    ("RestoreError", "GIVE_UP", 2),
+]
 
 
 def test_restore_budget_survives_a_driver_crash(tmp_path: Path) -> None:
-    before, after, result, experiment = run_scenario(tmp_path / "with", with_callback=True)
-    plain_before, plain_after, plain_result, _ = run_scenario(tmp_path / "plain", False)
+    with_log = run_scenario(tmp_path / "with", "1")
+    plain = run_scenario(tmp_path / "plain", "0")
+    before, after, result = with_log.before, with_log.after, with_log.result
+    plain_before, plain_after, plain_result = plain.before, plain.after, plain.result
+    experiment = tmp_path / "with" / "results" / "crash"
 
     # Both drivers were killed while restore attempt R+1 hung, after R failed ones.
     assert before == plain_before == R + 1
@@ -104,10 +162,4 @@ def test_restore_budget_survives_a_driver_crash(tmp_path: Path) -> None:
     assert {tid: [s.status.value, s.failures] for tid, s in states.items()} == result
     (trial_id,) = result
     rows = [e for e in stored_events(url, "crash", trial_id) if e.type_name == "TrialFailed"]
-    assert [(e.event.error.kind, e.decision, e.epoch) for e in rows] == [
-        ("TrainingError", "RECOVER", 1),
-        ("RestoreError", "RETRY_RESTORE", 1),
-        ("RestoreError", "RETRY_RESTORE", 1),
-        ("RestoreError", "RECOVER", 2),
-        ("RestoreError", "GIVE_UP", 2),
-    ]
+    assert [(e.event.error.kind, e.decision, e.epoch) for e in rows] == EXPECTED_FAILURES

@@ -5,6 +5,8 @@ usage: python tune_crash_driver.py fit|restore STORAGE NAME CTL WITH_CALLBACK OU
 ``fit`` starts the experiment (the test SIGKILLs it mid-run); ``restore`` continues it with
 ``Tuner.restore`` and writes ``{trial_id: [status, num_failures]}`` from the ``ResultGrid``
 to OUT_JSON. The callback, when used, comes back from the experiment state by itself.
+STORAGE is a folder or a URI (``s3://bucket/path``); WITH_CALLBACK is ``0`` (plain Ray),
+``1`` (``EventLogCallback()``) or the log URL given to ``EventLogCallback(url)``.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ def main(mode: str, storage: str, name: str, ctl: str, with_callback: str, out: 
     try:
         if mode == "fit":
             callbacks = []
-            if with_callback == "1":
+            if with_callback != "0":
                 from statemachine.tune import EventLogCallback
 
-                callbacks.append(EventLogCallback())
+                url = None if with_callback == "1" else with_callback
+                callbacks.append(EventLogCallback(url))
             tuner = tune.Tuner(
                 Flaky,
                 param_space={"ctl": ctl, "iters": 4, "fail_at": 2},
@@ -39,7 +42,9 @@ def main(mode: str, storage: str, name: str, ctl: str, with_callback: str, out: 
                 ),
             )
         else:
-            tuner = tune.Tuner.restore(str(Path(storage, name)), trainable=Flaky)
+            uri = "://" in storage
+            where = f"{storage.rstrip('/')}/{name}" if uri else str(Path(storage, name))
+            tuner = tune.Tuner.restore(where, trainable=Flaky)
         grid = tuner.fit()
         trials = grid._experiment_analysis.trials
         Path(out).write_text(json.dumps({t.trial_id: [t.status, t.num_failures] for t in trials}))

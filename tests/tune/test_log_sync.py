@@ -1,0 +1,220 @@
+"""The local SQLite log and its copy on the experiment's storage, through a pyarrow filesystem.
+
+These use pyarrow's local filesystem as the storage (the same calls as S3's; the S3 scenario
+is in test_tune_s3.py): consistent copies while a driver writes, the newest log brought back
+before a driver opens it, failed uploads retried and reported, and what the loop pays.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from statemachine.domain.events import TrialAdded, TrialStarted
+from statemachine.domain.policy import RetryPolicy
+from statemachine.exceptions import LogSyncError
+from statemachine.log import EventStore, ExperimentLog
+from statemachine.log.remote import RemoteFile
+from statemachine.log.sqlite_copy import LogProgress, consistent_copy, log_progress
+from statemachine.tune.log_sync import LogSync, bring_newest
+
+
+def local_fs():  # type: ignore[no-untyped-def]
+    import pyarrow.fs
+
+    return pyarrow.fs.LocalFileSystem()
+
+
+def write_log(path: Path, trials: int, experiment: str = "exp") -> None:
+    """One driver session recording ``trials`` new trials (two events each), closed cleanly."""
+    log = ExperimentLog.open(path, experiment, RetryPolicy())
+    try:
+        known = len(log.states())
+        for i in range(known, known + trials):
+            log.record(f"t{i}", TrialAdded(config={"i": i}))
+            log.record(f"t{i}", TrialStarted(restore_from=None))
+    finally:
+        log.close()
+
+
+def test_a_copy_taken_while_a_driver_appends_is_a_complete_log(tmp_path: Path) -> None:
+    source, copy = tmp_path / "live.db", tmp_path / "copy.db"
+    log = ExperimentLog.open(source, "exp", RetryPolicy())
+    stop = threading.Event()
+    written = 0
+
+    def append() -> None:
+        nonlocal written
+        while not stop.is_set():
+            log.record(f"t{written}", TrialAdded(config={}))
+            written += 1
+
+    writer = threading.Thread(target=append)
+    writer.start()
+    try:
+        seen = []
+        for _ in range(20):
+            consistent_copy(source, copy)
+            assert not copy.with_name("copy.db-wal").exists()  # one self-contained file
+            with sqlite3.connect(copy) as check:
+                assert check.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+                assert check.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+            seen.append(log_progress(copy).events)
+    finally:
+        stop.set()
+        writer.join()
+        log.close()
+    assert seen == sorted(seen) and seen[-1] > 0
+    assert log_progress(source) == LogProgress(epoch=1, events=written)
+
+
+def test_the_newest_log_is_brought_back_and_an_older_one_kept(tmp_path: Path) -> None:
+    storage = tmp_path / "storage" / "exp" / "statemachine.db"
+    local = tmp_path / "home" / "statemachine.db"
+    remote = RemoteFile(local_fs(), str(storage))
+
+    # Nothing stored yet: nothing happens.
+    assert bring_newest(local, remote) is None and not local.exists()
+
+    # A new head node: no local copy, the storage's is taken.
+    write_log(tmp_path / "first.db", trials=3)
+    remote.upload(tmp_path / "first.db")
+    assert "no local event log" in (bring_newest(local, remote) or "")
+    assert log_progress(local) == LogProgress(1, 6)
+
+    # The local copy is newer (a later session here): it stays.
+    write_log(local, trials=1)
+    assert bring_newest(local, remote) is None
+    assert log_progress(local) == LogProgress(2, 8)
+
+    # The storage's copy is newer: it replaces the local one, which is kept beside it.
+    shutil.copy(local, tmp_path / "second.db")
+    write_log(tmp_path / "second.db", trials=2, experiment="exp")
+    remote.upload(tmp_path / "second.db")
+    message = bring_newest(local, remote) or ""
+    assert "newer than the local copy" in message
+    assert log_progress(local) == LogProgress(3, 12)
+    (aside,) = local.parent.glob("statemachine.db.replaced-*[0-9]Z")
+    assert log_progress(aside) == LogProgress(2, 8)
+    assert sorted(p.name for p in storage.parent.iterdir()) == ["statemachine.db"]
+
+
+def test_an_unreadable_copy_on_storage_is_refused_and_the_local_log_kept(
+    tmp_path: Path,
+) -> None:
+    storage = tmp_path / "storage" / "statemachine.db"
+    storage.parent.mkdir()
+    storage.write_bytes(b"not a database" * 100)
+    local = tmp_path / "home" / "statemachine.db"
+    write_log(local, trials=1)
+    with pytest.raises(LogSyncError, match="not a readable event log"):
+        bring_newest(local, RemoteFile(local_fs(), str(storage)))
+    assert log_progress(local) == LogProgress(1, 2)
+    assert sorted(p.name for p in local.parent.iterdir()) == ["statemachine.db"]
+
+
+def test_uploads_return_at_once_and_coalesce(tmp_path: Path) -> None:
+    local = tmp_path / "home" / "statemachine.db"
+    write_log(local, trials=50)
+    storage = tmp_path / "storage" / "statemachine.db"
+    sync = LogSync(local, RemoteFile(local_fs(), str(storage)))
+    sync.request()
+    assert sync.stats.requests == 0, "nothing is uploaded before prepare()"
+    sync.prepare()
+    for _ in range(100):
+        sync.request()
+    assert sync.close(timeout=30)
+    assert sync.stats.requests == 100
+    assert 1 <= sync.stats.uploads < 100  # requests during an upload became one more upload
+    assert sync.stats.blocked_max_s < 0.05  # the caller never waits for a copy or upload
+    assert log_progress(storage) == log_progress(local)
+
+
+def test_an_unchanged_log_is_not_uploaded_again_and_leftovers_are_removed(
+    tmp_path: Path,
+) -> None:
+    local = tmp_path / "home" / "statemachine.db"
+    write_log(local, trials=2)
+    storage = tmp_path / "storage" / "statemachine.db"
+    storage.parent.mkdir()
+    leftover = storage.parent / ".statemachine.db.uploading-0123456789ab"
+    leftover.write_bytes(b"half an upload of a killed driver")
+    sync = LogSync(local, RemoteFile(local_fs(), str(storage)))
+    sync.prepare()
+    assert not leftover.exists()
+    sync.request(7)
+    assert sync.flush(timeout=30)
+    sync.request(7)  # nothing written since: no upload
+    sync.request(7)
+    assert not sync.pending and sync.stats.requests == 1
+    sync.request(8)
+    sync.request()  # None: always
+    assert sync.close(timeout=30)
+    assert sync.stats.requests == 3
+    assert sorted(p.name for p in storage.parent.iterdir()) == ["statemachine.db"]
+
+
+def test_a_failed_upload_is_retried_reported_and_recovers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    local = tmp_path / "home" / "statemachine.db"
+    write_log(local, trials=2)
+    blocker = tmp_path / "storage"
+    blocker.write_text("a file where the experiment folder should be")
+    sync = LogSync(local, RemoteFile(local_fs(), str(blocker / "exp" / "statemachine.db")),
+                   attempts=2, backoff_s=0.01, cooldown_s=0.2)
+    sync.prepare()
+    with caplog.at_level(logging.WARNING, logger="statemachine"):
+        sync.request()
+        assert not sync.flush(timeout=10)
+        assert sync.stats.failures == 2 and sync.pending
+        assert any("failed 2 times" in r.getMessage() for r in caplog.records)
+
+        blocker.unlink()  # the storage works again: the retry after the cool-down succeeds
+        assert sync.flush(timeout=10)
+        assert any("uploaded to" in r.getMessage() and "again" in r.getMessage()
+                   for r in caplog.records)
+        assert sync.close(timeout=10)
+    assert log_progress(blocker / "exp" / "statemachine.db") == log_progress(local)
+
+
+def test_an_upload_that_never_works_is_an_error_at_the_end(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    local = tmp_path / "home" / "statemachine.db"
+    write_log(local, trials=1)
+    blocker = tmp_path / "storage"
+    blocker.write_text("not a folder")
+    sync = LogSync(local, RemoteFile(local_fs(), str(blocker / "statemachine.db")),
+                   attempts=1, backoff_s=0.01, cooldown_s=0.05)
+    sync.prepare()
+    sync.request()
+    with caplog.at_level(logging.ERROR, logger="statemachine"):
+        assert not sync.close(timeout=5)
+    (error,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert "could not be uploaded" in error and str(local) in error
+
+
+def test_a_log_read_from_a_downloaded_copy(tmp_path: Path) -> None:
+    from statemachine.log.remote import downloaded
+
+    write_log(tmp_path / "src.db", trials=2)
+    folder = tmp_path / "bucket" / "runs" / "exp"
+    RemoteFile(local_fs(), str(folder / "statemachine.db")).upload(tmp_path / "src.db")
+    # pyarrow's local filesystem stands in for s3:// here; the CLI test uses the S3 server.
+    with downloaded(f"file://{folder}") as copy:
+        assert copy.exists()
+        store = EventStore.open(copy, create=False)
+        try:
+            assert [e.name for e in store.list_experiments()] == ["exp"]
+        finally:
+            store.close()
+    assert not copy.exists() and not copy.parent.exists()
+    with pytest.raises(LogSyncError, match="no event log at"):
+        with downloaded(f"file://{tmp_path / 'nothing'}"):
+            pass
