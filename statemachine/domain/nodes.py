@@ -43,7 +43,7 @@ class NodeRef:
     def describe(self) -> str:
         """``node 10.0.0.7 (node-id 3f2a...)``: what a person reads."""
         where = self.node_ip or self.hostname or "unknown"
-        short = _short(self.node_id)
+        short = short_node_id(self.node_id)
         return f"node {where} (node-id {short})" if short else f"node {where}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -64,7 +64,7 @@ class NodeRef:
         return cls(**values)
 
 
-def _short(node_id: str | None) -> str | None:
+def short_node_id(node_id: str | None) -> str | None:
     """The first 12 hex digits of a node id, as Ray's own messages abbreviate it."""
     if not node_id:
         return None
@@ -104,27 +104,43 @@ class NodeTally:
 def tally_nodes(events: Iterable[tuple[str, Any]]) -> list[NodeTally]:
     """Per node, what ``(trial_id, event)`` pairs say happened there; worst node first.
 
-    Starts and failures whose node is not known are tallied under one ``unknown`` node (a
-    log written before nodes were recorded has only those). A node seen with more detail
-    later (its IP after its id) keeps the most complete description.
+    Each trial's events are folded (in the order given) to tell a start that restores from
+    a checkpoint from one that starts from scratch; a trial's events after one that does not
+    fold are not counted. Starts and failures whose node is not known are tallied under one
+    ``unknown`` node (a log written before nodes were recorded has only those). Nodes are
+    never merged on a guess: a failure that knows only an IP is its own row.
     """
     from statemachine.domain.events import TrialFailed, TrialStarted
     from statemachine.domain.failures import AbortError, ActorError, RestoreError
+    from statemachine.domain.machine import apply
+    from statemachine.domain.state import TrialState
+    from statemachine.domain.status import Status
+    from statemachine.exceptions import InvalidTransitionError
 
-    tallies: dict[str, NodeTally] = {}
+    tallies: dict[tuple[str | None, ...], NodeTally] = {}
+    states: dict[str, TrialState] = {}
+    halted: set[str] = set()
     for trial_id, event in events:
+        if trial_id in halted:
+            continue
+        state = states.setdefault(trial_id, TrialState(trial_id))
+        try:
+            apply(state, event)
+        except InvalidTransitionError:
+            halted.add(trial_id)
+            continue
         if not isinstance(event, (TrialStarted, TrialFailed)):
             continue
         node = event.node or NodeRef()
-        tally = tallies.get(node.key)
+        tally = tallies.get(_identity(node))
         if tally is None:
-            tally = tallies[node.key] = NodeTally(node)
+            tally = tallies[_identity(node)] = NodeTally(node)
         elif _detail(node) > _detail(tally.node):
-            tally.node = node
+            tally.node = node  # the same node id, described more fully
         tally.trials.add(trial_id)
         if isinstance(event, TrialStarted):
             tally.attempts += 1
-            tally.restore_attempts += event.restore_from is not None
+            tally.restore_attempts += state.status is Status.RESTORING
             continue
         error = event.error
         if isinstance(error, RestoreError):
@@ -143,3 +159,10 @@ def tally_nodes(events: Iterable[tuple[str, Any]]) -> list[NodeTally]:
 
 def _detail(node: NodeRef) -> int:
     return sum(getattr(node, name) is not None for name in _FIELDS)
+
+
+def _identity(node: NodeRef) -> tuple[str | None, ...]:
+    """Rows are per node id; a node without one is told apart by everything it has."""
+    if node.node_id:
+        return (node.node_id,)
+    return (None, node.node_ip, node.hostname)

@@ -22,6 +22,7 @@ from statemachine import (
     RetryPolicy,
     Status,
     TrialAdded,
+    TrialCompleted,
     TrialFailed,
     TrialReset,
     TrialStarted,
@@ -199,23 +200,31 @@ def test_avoiding_nodes_never_changes_a_decision_or_a_counter(
 
 
 def test_nodes_are_tallied_worst_first() -> None:
+    only_id = NodeRef(node_id="a" * 56)
+    policy = PolicySet(RetryPolicy(max_failures=3, restore_retry_num=1))
     events = [
-        ("t1", TrialStarted(node=B)),
+        ("t1", TrialAdded()), ("t1", policy),
+        ("t1", TrialStarted(node=B)), ("t1", CheckpointSaved("ck")),
         ("t1", TrialFailed(TrainingError("x.Y", "m"), node=B)),
-        ("t1", TrialStarted(restore_from="ck", node=A)),
-        ("t1", restore_failed(A)),
-        ("t2", TrialStarted(restore_from="ck", node=NodeRef(node_id="a" * 56))),
-        ("t2", restore_failed(NodeRef(node_id="a" * 56))),
+        ("t1", TrialStarted(node=only_id)),
+        ("t1", restore_failed(only_id)),
+        ("t2", TrialAdded()), ("t2", policy), ("t2", CheckpointSaved("ck")),
+        ("t2", TrialStarted(restore_from="ck", node=A)),
+        ("t2", restore_failed(A)),
+        ("t2", TrialStarted(node=B)),
         ("t2", TrialFailed(ActorError("ray.exceptions.ActorDiedError", "m", preempted=True),
                            node=B)),
-        ("t3", TrialStarted()),
-        ("t3", RestoreSucceeded()),
+        ("t3", TrialAdded()), ("t3", TrialStarted()), ("t3", TrialFailed(
+            ActorError("ray.exceptions.ActorDiedError", "m"), node=NodeRef(node_ip="10.0.0.7"))),
+        ("t3", TrialCompleted()),  # does not fold (t3 is ERROR): not counted, nor after it
+        ("t3", TrialStarted(node=A)),
     ]
     tallies = tally_nodes(events)
-    assert [t.node for t in tallies] == [A, B, NodeRef()]
+    assert [t.node for t in tallies] == [A, B, NodeRef(node_ip="10.0.0.7"), NodeRef()]
     worst = tallies[0]
     assert (worst.attempts, worst.restore_attempts, worst.restore_failures,
             worst.trials) == (2, 2, 2, {"t1", "t2"})
-    assert (tallies[1].training_failures, tallies[1].preemptions, tallies[1].attempts) == (
-        1, 1, 1)
-    assert tallies[2].node.key == "unknown" and tallies[2].attempts == 1
+    assert (tallies[1].training_failures, tallies[1].preemptions, tallies[1].attempts,
+            tallies[1].restore_attempts) == (1, 1, 2, 1)
+    assert (tallies[2].actor_deaths, tallies[2].attempts) == (1, 0)
+    assert tallies[3].node.key == "unknown" and tallies[3].attempts == 1
