@@ -12,6 +12,7 @@ by an idle actor, so the first restore lands on the bad node.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -31,8 +32,8 @@ from tests.tune.tunekit import assert_log_matches_ray, stored_events
 
 pytestmark = [pytest.mark.cluster, pytest.mark.ray, pytest.mark.slow]
 
-#: Where the measured figures go (docs/tune.md's "Clusters" section quotes them).
-FIGURES = Path(__file__).with_name("figures.jsonl")
+#: Set to a file to collect the measured figures (docs/tune.md's "Clusters" section).
+FIGURES_ENV = "STATEMACHINE_CLUSTER_FIGURES"
 
 
 def fit(tmp_path: Path, name: str, config: dict[str, Any], policy: RetryPolicy | None, *,
@@ -82,8 +83,13 @@ def node_names(cluster: LocalCluster, events: list[Any], kind: type) -> list[str
 
 
 def record(figure: dict[str, Any]) -> None:
-    with FIGURES.open("a", encoding="utf-8") as out:
-        out.write(json.dumps(figure, sort_keys=True) + "\n")
+    """Print a measured figure (``-s`` shows it) and append it to ``$FIGURES_ENV`` if set."""
+    line = json.dumps(figure, sort_keys=True)
+    print(f"figure: {line}")
+    target = os.environ.get(FIGURES_ENV)
+    if target:
+        with open(target, "a", encoding="utf-8") as out:
+            out.write(line + "\n")
 
 
 def test_a_node_removed_under_a_training_trial_is_an_actor_death_on_that_node(
