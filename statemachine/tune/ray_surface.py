@@ -446,8 +446,9 @@ _controllers: dict[str, weakref.ReferenceType[Any]] = {}
 # ---------------------------------------------------------------- what the installed Ray can do
 
 
-def selector_support() -> str | None:
-    """``None`` when this Ray can place a trial away from given nodes; else why it cannot."""
+def selector_support(ray_version: str | None = None) -> str | None:
+    """``None`` when this Ray (or a Ray of ``ray_version``) can place a trial away from given
+    nodes; else why it cannot, naming the Ray version that is needed."""
     try:
         import inspect
 
@@ -456,10 +457,12 @@ def selector_support() -> str | None:
 
         from statemachine.tune.compat import parse_version
 
-        version = parse_version(ray.__version__)
+        installed = ray_version or ray.__version__
+        version = parse_version(installed)
         needed = ".".join(map(str, SELECTOR_MIN_RAY))
         if version < SELECTOR_MIN_RAY:
-            return f"ray {ray.__version__} is installed, avoid_failed_nodes needs ray >= {needed}"
+            return (f"ray {installed} is installed, avoid_failed_nodes needs ray >= {needed} "
+                    f"(pip install 'ray[tune]>={needed}')")
         if "bundle_label_selector" not in inspect.signature(placement_group).parameters:
             return (f"ray {ray.__version__}'s placement_group() takes no bundle_label_selector "
                     f"(needs ray >= {needed})")

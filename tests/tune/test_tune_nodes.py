@@ -12,7 +12,7 @@ from test_tune_runs import db_url, fit, only_trial
 
 from statemachine.domain.events import NodeAvoidanceDropped, TrialFailed, TrialStarted
 from statemachine.domain.policy import RetryPolicy
-from statemachine.tune import placement
+from statemachine.tune import ray_surface as placement
 from tests.tune.tunekit import assert_log_matches_ray, stored_events
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -65,10 +65,10 @@ def test_nodes_are_recorded_and_avoidance_on_one_node_falls_back_at_once(
         assert len(said) <= 1 and "2.49" in support
 
 
+@pytest.mark.skipif(placement.selector_support() is not None,
+                    reason="the installed Ray has no placement group label selectors (< 2.49)")
 def test_selectors_exclude_nodes_and_come_off_again() -> None:
     from ray.tune.execution.placement_groups import PlacementGroupFactory
-
-    assert placement.selector_support() is None  # the Ray this project is tested with
     own = PlacementGroupFactory([{}, {"CPU": 1}], "SPREAD",
                                 bundle_label_selector=[{"zone": "a"}])
     excluded = placement.with_exclusion(own, ["n1", "n2"])
@@ -85,3 +85,9 @@ def test_selectors_exclude_nodes_and_come_off_again() -> None:
     assert placement.without_exclusion(plain) is plain and placement.excluded_by(plain) == ()
     mine = PlacementGroupFactory([{"CPU": 1}], bundle_label_selector=[{"ray.io/node-id": "x"}])
     assert placement.with_exclusion(mine, ["n1"]) is None  # the user's own choice stands
+
+
+def test_an_older_ray_is_told_which_version_places_by_node_label() -> None:
+    said = placement.selector_support("2.40.0")
+    assert said is not None and "ray 2.40.0" in said and ">= 2.49" in said
+    assert placement.selector_support("2.49.0") is None
