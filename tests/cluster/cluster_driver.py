@@ -25,7 +25,12 @@ def main(mode: str, address: str, storage: str, name: str, ctl: str, url: str,
     try:
         if mode == "fit":
             from statemachine import RetryPolicy
-            from statemachine.tune import EventLogCallback
+            from statemachine.tune import (
+                CheckpointConfig,
+                EventLogCallback,
+                FailureConfig,
+                RunConfig,
+            )
             from tests.tune.tune_trainables import PauseOnce
 
             policy = RetryPolicy(max_failures=0, restore_retry_num=2, avoid_failed_nodes=True)
@@ -33,11 +38,11 @@ def main(mode: str, address: str, storage: str, name: str, ctl: str, url: str,
                 Steps,
                 param_space={"ctl": ctl, "iters": 4},
                 tune_config=tune.TuneConfig(scheduler=PauseOnce(at=2)),
-                run_config=tune.RunConfig(
+                run_config=RunConfig(
                     name=name, storage_path=storage, verbose=0,
                     callbacks=[EventLogCallback(url, policy)],
-                    failure_config=tune.FailureConfig(max_failures=0),
-                    checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1),
+                    failure_config=FailureConfig(max_failures=0),
+                    checkpoint_config=CheckpointConfig(checkpoint_frequency=1),
                 ),
             )
         else:

@@ -41,17 +41,17 @@ def fit(tmp_path: Path, name: str, config: dict[str, Any], policy: RetryPolicy |
     """Run one ``Steps`` trial with the event log callback; return the ResultGrid."""
     from ray import tune
 
-    from statemachine.tune import EventLogCallback
+    from statemachine.tune import CheckpointConfig, EventLogCallback, FailureConfig, RunConfig
 
     tuner = tune.Tuner(
         Steps,
         param_space=config,
         tune_config=tune.TuneConfig(scheduler=scheduler),
-        run_config=tune.RunConfig(
+        run_config=RunConfig(
             name=name, storage_path=str(tmp_path / "results"), verbose=0,
             callbacks=[EventLogCallback(url, policy)],
-            failure_config=tune.FailureConfig(max_failures=max_failures),
-            checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=1),
+            failure_config=FailureConfig(max_failures=max_failures),
+            checkpoint_config=CheckpointConfig(checkpoint_frequency=1),
         ),
     )
     return tuner.fit()
