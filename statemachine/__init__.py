@@ -15,6 +15,8 @@ from statemachine.domain.events import (
     CheckpointSaved,
     CheckpointsDiscarded,
     Event,
+    NodeAvoidanceDropped,
+    NodesAvoided,
     PolicySet,
     RestoreSucceeded,
     TrialAdded,
@@ -36,6 +38,7 @@ from statemachine.domain.failures import (
     TrialError,
 )
 from statemachine.domain.machine import TransitionRecord, apply, fold
+from statemachine.domain.nodes import NodeRef, NodeTally, tally_nodes
 from statemachine.domain.policy import (
     COUNT_PREEMPTION_ENV,
     RESTORE_RETRY_ENV,
@@ -116,6 +119,10 @@ __all__ = [
     "FencedError",
     "InvalidTransitionError",
     "LogSyncError",
+    "NodeAvoidanceDropped",
+    "NodeRef",
+    "NodeTally",
+    "NodesAvoided",
     "NotAnEventLogError",
     "PolicyError",
     "PolicySet",
@@ -154,5 +161,6 @@ __all__ = [
     "fold_compiled",
     "replay_experiment",
     "replay_trial",
+    "tally_nodes",
     "verify",
 ]

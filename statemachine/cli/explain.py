@@ -16,6 +16,8 @@ from statemachine.domain.events import (
     CheckpointSaved,
     CheckpointsDiscarded,
     Event,
+    NodeAvoidanceDropped,
+    NodesAvoided,
     PolicySet,
     RestoreSucceeded,
     TrialAdded,
@@ -29,6 +31,7 @@ from statemachine.domain.events import (
 )
 from statemachine.domain.failures import AbortError, ActorError, RestoreError
 from statemachine.domain.machine import TransitionRecord, apply
+from statemachine.domain.nodes import NodeRef, short_node_id
 from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Decision, Status
@@ -82,7 +85,27 @@ def describe_policy(policy: RetryPolicy) -> str:
         parts.append(f"fatal types: {', '.join(policy.fatal_exception_types)}")
     if policy.delete_discarded_checkpoints:
         parts.append("discarded checkpoints are deleted")
+    if policy.avoid_failed_nodes:
+        parts.append(f"restore retries avoid the nodes that failed (waiting up to "
+                     f"{policy.avoid_nodes_wait_s} s for another node)")
     return ", ".join(parts)
+
+
+def _on(node: NodeRef | None) -> str:
+    """`` on node 10.0.0.7 (node-id 3f2a...)``, or nothing when the node is not known."""
+    return f" on {node.describe()}" if node is not None and node.known else ""
+
+
+def _node_ids(ids: Sequence[str]) -> str:
+    return ", ".join(f"node-id {short_node_id(i)}" for i in ids) or "none"
+
+
+_DROPPED = {
+    "no_other_node": "no other node could host it; the retry may run on the same node again",
+    "timeout": "no other node could host it in time; the retry may run on the same node again",
+    "unsupported": "the installed Ray cannot place by node label; the retry runs where Ray "
+                   "puts it",
+}
 
 
 def _budget(failures: int, policy: RetryPolicy) -> str:
@@ -162,8 +185,17 @@ class _Narrator:
             return f"Policy in force from here: {describe_policy(event.policy)}."
         if isinstance(event, TrialStarted):
             if state.status is Status.RESTORING:
-                return f"Started, restoring from {_checkpoint(state.restoring_from)}."
-            return "Started from scratch (no checkpoint)."
+                return (f"Started{_on(event.node)}, restoring from "
+                        f"{_checkpoint(state.restoring_from)}.")
+            return f"Started{_on(event.node)} from scratch (no checkpoint)."
+        if isinstance(event, NodesAvoided):
+            return (f"The next attempt is placed away from {_node_ids(event.nodes)} (the "
+                    "node(s) where this restore failed).")
+        if isinstance(event, NodeAvoidanceDropped):
+            why = _DROPPED.get(event.reason, event.reason or "dropped")
+            waited = (f" (waited {event.waited_ms / 1000:.1f} s)"
+                      if event.waited_ms is not None else "")
+            return f"Node exclusion dropped{waited}: {why}."
         if isinstance(event, RestoreSucceeded):
             self.restore_ordinal = 0
             return "Restored from its checkpoint; the restore retry counter goes back to 0."
@@ -203,18 +235,19 @@ class _Narrator:
         if isinstance(error, RestoreError) or before.status is Status.RESTORING:
             self.restore_ordinal += 1
             k, r = self.restore_ordinal, policy.restore_retry_num
+            where = _on(event.node)
             if decision is Decision.RETRY_RESTORE:
-                head = f"Restore failure # {k} (retry {k} of {r})"
+                head = f"Restore failure # {k}{where} (retry {k} of {r})"
             else:
-                head = f"Restore failure # {k} (restore retries spent: {r} of {r})"
+                head = f"Restore failure # {k}{where} (restore retries spent: {r} of {r})"
             head += f": {_cause(event)}."
         elif isinstance(error, ActorError) and error.preempted:
             self.preemption_ordinal += 1
-            head = f"Preemption # {self.preemption_ordinal}: {_cause(event)}."
+            head = f"Preemption # {self.preemption_ordinal}{_on(event.node)}: {_cause(event)}."
         elif isinstance(error, AbortError):
-            head = f"Not retryable: {_cause(event)}."
+            head = f"Not retryable{_on(event.node)}: {_cause(event)}."
         else:
-            head = f"Training failure: {_cause(event)}."
+            head = f"Training failure{_on(event.node)}: {_cause(event)}."
         if decision is Decision.RETRY_RESTORE:
             tail = (f"Decision RETRY_RESTORE: restore again from {_checkpoint(checkpoint)}; "
                     f"not counted as a failure (failures stay at {state.failures}).")
@@ -250,6 +283,8 @@ class _Narrator:
             tail = f"Decision GIVE_UP: {why}; the trial ends in ERROR."
         else:
             tail = f"Status {record.status_before.value} -> {record.status_after.value}."
+        if state.excluded_nodes and state.excluded_nodes != before.excluded_nodes:
+            tail += f" The retry avoids {_node_ids(state.excluded_nodes)}."
         return f"{head} {tail}"
 
 

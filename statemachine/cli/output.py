@@ -33,7 +33,7 @@ STATUS_STYLE: dict[str, str] = {
 
 
 #: Columns whose cells are never wrapped (ids, statuses and decisions are copied and searched).
-NO_WRAP = frozenset({"decision", "last decision", "event", "status"})
+NO_WRAP = frozenset({"decision", "last decision", "event", "status", "ip", "node-id"})
 
 
 def dumps(data: Any) -> str:

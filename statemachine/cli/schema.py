@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from statemachine.domain.nodes import NodeRef, NodeTally
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Status
 from statemachine.exceptions import EventDecodeError
@@ -42,6 +43,29 @@ def trial_row(state: TrialState) -> dict[str, Any]:
         "last_decision": state.last_decision.value if state.last_decision else None,
         "latest_checkpoint": state.latest_checkpoint,
         "seq": state.seq,
+        "last_failure_node": node_json(state.last_failure_node),
+        "excluded_nodes": list(state.excluded_nodes),
+    }
+
+
+def node_json(node: NodeRef | None) -> dict[str, str | None] | None:
+    """A node as ``{"node_id", "node_ip", "hostname"}`` (unknown fields null), or ``None``."""
+    return node.to_dict() if node is not None else None
+
+
+def node_row(tally: NodeTally) -> dict[str, Any]:
+    """Schema ``nodes``: what happened on one node (``node_id`` etc. null when unknown)."""
+    return {
+        **tally.node.to_dict(),
+        "attempts": tally.attempts,
+        "restore_attempts": tally.restore_attempts,
+        "training_failures": tally.training_failures,
+        "restore_failures": tally.restore_failures,
+        "preemptions": tally.preemptions,
+        "actor_deaths": tally.actor_deaths,
+        "other_failures": tally.other_failures,
+        "failures": tally.failures,
+        "trials": sorted(tally.trials),
     }
 
 
@@ -56,6 +80,7 @@ def event_row(row: StoredEvent) -> dict[str, Any]:
         counters = row.counters
     except EventDecodeError:
         counters = None
+    node = payload.get("node") if isinstance(payload, dict) else None
     return {
         "position": row.position,
         "seq": row.seq,
@@ -69,6 +94,7 @@ def event_row(row: StoredEvent) -> dict[str, Any]:
         "status_after": row.status_after,
         "decision": row.decision,
         "counters": counters,
+        "node": node if isinstance(node, dict) else None,
     }
 
 

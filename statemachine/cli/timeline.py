@@ -4,7 +4,9 @@ The x axis is the experiment's event order (one step per event), so a burst of r
 retries is as readable as an hour of training; vertical lines mark each new driver epoch
 (a resume after a crash or a clean restart). The model is built from the recorded columns
 of the log (status before/after, decision, error type), so a row whose payload is corrupted
-still draws. SVG and HTML are written with the standard library; PNG uses matplotlib.
+still draws; the node an attempt ran on comes from the payloads of its start and failure
+events (a thin band under each span, one colour per node, and the hover text). SVG and HTML
+are written with the standard library; PNG uses matplotlib.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from statemachine.cli.diagram import STATUS_COLOURS
+from statemachine.domain.nodes import NodeRef
 
 #: Marker shape per typed failure kind (SVG path around (0, 0), radius about 6).
 MARKER_SHAPES: dict[str, str] = {
@@ -39,6 +42,12 @@ DECISION_COLOURS: dict[str, str] = {
     "PREVIOUS_CHECKPOINT": "#9467bd",
     "GIVE_UP": "#b00020",
 }
+
+#: Node band colours, in order of the nodes' first appearance (then cycled).
+NODE_COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948",
+                "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
+#: Statuses in which a trial's actor lives on the node it started on.
+_ON_A_NODE = frozenset({"RUNNING", "RESTORING"})
 
 FORMATS = ("html", "svg", "png")
 #: Above this many trials a PNG timeline carries no per-row labels.
@@ -67,6 +76,8 @@ class Span:
     status: str
     start: int
     end: int
+    node: str | None = None
+    """Where the trial's actor ran during the span (``None``: no actor, or not known)."""
 
 
 @dataclass(frozen=True)
@@ -107,16 +118,36 @@ class TimelineModel:
     epochs: list[EpochMark]
     first_at: datetime | None
     last_at: datetime | None
+    nodes: list[str] = field(default_factory=list)
+    """Every node a span ran on, in order of first appearance (the band colours' order)."""
+
+    def node_colour(self, node: str) -> str:
+        """The band colour of ``node``."""
+        return NODE_COLOURS[self.nodes.index(node) % len(NODE_COLOURS)]
 
 
 def _text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def _node(ev: Any) -> str | None:
+    """The node named by a start or failure event's payload, as people read it."""
+    if ev.type_name not in ("TrialStarted", "TrialFailed"):
+        return None
+    try:
+        data = ev.payload.get("node")
+        node = NodeRef.from_dict(data) if isinstance(data, dict) else None
+    except Exception:  # a corrupted payload still draws, without its node
+        return None
+    return node.describe() if node is not None and node.known else None
+
+
 def build_model(experiment: str, events: Iterable[RecordedEvent]) -> TimelineModel:
     """Lay out ``events`` (in log order) as rows, spans, markers and epoch marks."""
     rows: dict[str, Row] = {}
-    open_span: dict[str, tuple[str, int]] = {}
+    open_span: dict[str, tuple[str, int, str | None]] = {}
+    node_of: dict[str, str | None] = {}
+    nodes: dict[str, None] = {}
     epochs: list[EpochMark] = []
     first_at = last_at = None
     index = -1
@@ -128,24 +159,33 @@ def build_model(experiment: str, events: Iterable[RecordedEvent]) -> TimelineMod
             epochs.append(EpochMark(index, ev.epoch))
         row = rows.setdefault(ev.trial_id, Row(ev.trial_id))
         after = _text(ev.status_after) or row.status
+        named = _node(ev)
+        if ev.type_name == "TrialStarted":
+            node_of[ev.trial_id] = named
+        node = node_of.get(ev.trial_id) if after in _ON_A_NODE else None
         current = open_span.get(ev.trial_id)
         if current is None or current[0] != after:
             if current is not None:
-                row.spans.append(Span(current[0], current[1], index))
-            open_span[ev.trial_id] = (after, index)
+                row.spans.append(Span(current[0], current[1], index, current[2]))
+            open_span[ev.trial_id] = (after, index, node)
+            if node is not None:
+                nodes.setdefault(node)
         row.status = after
         if ev.error_type or ev.decision:
             kind = _text(ev.error_type) or "TrialError"
             kind = kind.rsplit(".", 1)[-1]
+            where = named or node_of.get(ev.trial_id)
             row.markers.append(Marker(
                 index, kind, _text(ev.decision),
                 f"{ev.trial_id} seq {ev.seq} (position {ev.position}, epoch {ev.epoch}): "
-                f"{kind} {_text(ev.status_before)} -> {after} {_text(ev.decision)}",
+                f"{kind} {_text(ev.status_before)} -> {after} {_text(ev.decision)}"
+                + (f" on {where}" if where else ""),
             ))
     n_events = index + 1
-    for trial_id, (status, start) in open_span.items():
-        rows[trial_id].spans.append(Span(status, start, n_events))
-    return TimelineModel(experiment, list(rows.values()), n_events, epochs, first_at, last_at)
+    for trial_id, (status, start, node) in open_span.items():
+        rows[trial_id].spans.append(Span(status, start, n_events, node))
+    return TimelineModel(experiment, list(rows.values()), n_events, epochs, first_at, last_at,
+                         list(nodes))
 
 
 # ---------------------------------------------------------------- SVG
@@ -177,7 +217,7 @@ def render_svg(model: TimelineModel) -> str:
     plot_w = max(720, min(1400, 14 * model.n_events))
     x_of = _Scale(model, plot_w)
     width = x_of.left + plot_w + 30
-    height = TOP + ROW_H * len(model.rows) + LEGEND_H
+    height = TOP + ROW_H * len(model.rows) + LEGEND_H + (28 if model.nodes else 0)
     svg = ET.Element("svg", xmlns="http://www.w3.org/2000/svg", width=str(width),
                      height=str(height), viewBox=f"0 0 {width} {height}",
                      attrib={"font-family": "Helvetica, Arial, sans-serif", "font-size": "12"})
@@ -204,7 +244,14 @@ def render_svg(model: TimelineModel) -> str:
                                  width=f"{max(x1 - x0, 1):.1f}", height=str(ROW_H - 10),
                                  fill=STATUS_COLOURS.get(s.status, "#cccccc"),
                                  attrib={"class": "span", "data-status": s.status})
-            ET.SubElement(rect, "title").text = f"{row.trial_id}: {s.status}"
+            on = f" on {s.node}" if s.node else ""
+            ET.SubElement(rect, "title").text = f"{row.trial_id}: {s.status}{on}"
+            if s.node:
+                band = ET.SubElement(group, "rect", x=f"{x0:.1f}", y=str(y + ROW_H - 5),
+                                     width=f"{max(x1 - x0, 1):.1f}", height="4",
+                                     fill=model.node_colour(s.node),
+                                     attrib={"class": "node-band", "data-node": s.node})
+                ET.SubElement(band, "title").text = f"{row.trial_id}: {s.status}{on}"
         for m in row.markers:
             cx = x_of(m.x + 0.5)
             cy = y + ROW_H / 2
@@ -221,12 +268,12 @@ def render_svg(model: TimelineModel) -> str:
                       stroke="#333", attrib={"stroke-dasharray": "5,4", "class": "epoch"})
         t = ET.SubElement(svg, "text", x=f"{x + 3:.1f}", y=str(TOP - 10), fill="#333")
         t.text = f"driver epoch {mark.epoch}"
-    _legend(svg, bottom + 20)
+    _legend(svg, bottom + 20, model)
     ET.indent(svg)
     return ET.tostring(svg, encoding="unicode", xml_declaration=True)
 
 
-def _legend(svg: ET.Element, y: int) -> None:
+def _legend(svg: ET.Element, y: int, model: TimelineModel) -> None:
     x = 10
     for status, colour in STATUS_COLOURS.items():
         ET.SubElement(svg, "rect", x=str(x), y=str(y), width="14", height="14", fill=colour)
@@ -246,6 +293,15 @@ def _legend(svg: ET.Element, y: int) -> None:
                       stroke="#000000")
         ET.SubElement(svg, "text", x=str(x + 18), y=str(y + 12)).text = decision
         x += 30 + 8 * len(decision)
+    if not model.nodes:
+        return
+    x = 10
+    y += 28
+    for node in model.nodes:
+        ET.SubElement(svg, "rect", x=str(x), y=str(y + 5), width="14", height="4",
+                      fill=model.node_colour(node), attrib={"class": "node-legend"})
+        ET.SubElement(svg, "text", x=str(x + 18), y=str(y + 12)).text = node
+        x += 40 + 7 * len(node)
 
 
 # ---------------------------------------------------------------- HTML

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from statemachine.domain.events import Event, TrialFailed
+from statemachine.domain.events import Event, TrialFailed, TrialStarted
 from statemachine.domain.machine import apply
 from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.state import TrialState
@@ -39,7 +39,25 @@ def summarize(state: TrialState, failed_events: int) -> dict[str, Any]:
         "total_restore_failures": state.total_restore_failures,
         "num_preemptions": state.preemptions,
         "last_decision": state.last_decision.value if state.last_decision else None,
+        "excluded_nodes": list(state.excluded_nodes),
     }
+
+
+def retries_on_failed_nodes(events: Sequence[Event]) -> int:
+    """Restore attempts that started on a node where the same restore episode had already
+    failed (what ``avoid_failed_nodes`` places elsewhere), whatever the recorded policy."""
+    state = TrialState("what-if")
+    count = 0
+    for event in events:
+        if isinstance(event, TrialStarted) and event.node is not None and (
+            event.node.node_id in state.excluded_nodes
+        ):
+            count += 1
+        try:
+            apply(state, event, state.policy.replace(avoid_failed_nodes=True))
+        except InvalidTransitionError:
+            break
+    return count
 
 
 @dataclass(frozen=True)
@@ -52,6 +70,7 @@ class WhatIfTrial:
     cut_at_seq: int | None
     events_cut: int
     note: str
+    retries_on_failed_nodes: int = 0
 
     @property
     def changed(self) -> bool:
@@ -69,6 +88,7 @@ class WhatIfTrial:
             "cut_at_seq": self.cut_at_seq,
             "events_cut": self.events_cut,
             "note": self.note,
+            "retries_on_failed_nodes": self.retries_on_failed_nodes,
         }
 
 
@@ -103,6 +123,11 @@ def what_if(trial_id: str, events: Sequence[Event], changes: Mapping[str, Any]) 
     else:
         note = (f"the log ends here; under this policy the trial would still be "
                 f"{hypo.status.value} ({_decided(hypo)}) and would have gone on")
+    on_failed = retries_on_failed_nodes(events)
+    if on_failed and changes.get("avoid_failed_nodes"):
+        note += (f"; {on_failed} restore attempt(s) ran on a node where that restore had "
+                 "already failed: avoid_failed_nodes places them on another node (when one "
+                 "can host the trial)")
     return WhatIfTrial(
         trial_id,
         summarize(recorded, recorded_failures),
@@ -110,6 +135,7 @@ def what_if(trial_id: str, events: Sequence[Event], changes: Mapping[str, Any]) 
         cut_at,
         events_cut,
         note,
+        on_failed,
     )
 
 

@@ -3,6 +3,11 @@
 Every event type is registered by name in :data:`EVENT_TYPES`; :func:`encode_event` and
 :func:`decode_event` are the only way events cross a process or storage boundary. An unknown
 type, a version newer than this code, or a malformed payload raises :class:`EventDecodeError`.
+
+Versioning: a field added to an event type is optional (it has a default), the type's
+``version`` goes up by one, and ``since`` names the version that introduced the field. Payloads
+of every older version still decode (the new field takes its default); an older payload that
+carries a field its version did not have is refused as malformed.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from statemachine.domain.failures import TrialError
+from statemachine.domain.nodes import NodeRef
 from statemachine.domain.policy import RetryPolicy
 from statemachine.exceptions import EventDecodeError, PolicyError, StateMachineError
 
@@ -39,6 +45,8 @@ class Event:
 
     #: Payload fields that must be present (their defaults are only placeholders).
     required: ClassVar[tuple[str, ...]] = ()
+    #: Fields added after version 1: ``{field: the version that introduced it}``.
+    since: ClassVar[dict[str, int]] = {}
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> Event:
@@ -52,7 +60,7 @@ class Event:
 
 
 def _to_json(value: Any) -> Any:
-    if isinstance(value, (TrialError, RetryPolicy)):
+    if isinstance(value, (TrialError, RetryPolicy, NodeRef)):
         return value.to_dict()
     if isinstance(value, tuple):
         return list(value)
@@ -119,6 +127,16 @@ def _converter(type_name: str, name: str, hint: Any) -> _Convert:
                 raise bad(value)
             return TrialError.from_dict(dict(value))
 
+    elif hint is NodeRef:
+
+        def convert(value: Any) -> Any:
+            if not isinstance(value, Mapping):
+                raise bad(value)
+            try:
+                return NodeRef.from_dict(value)
+            except EventDecodeError as exc:
+                raise EventDecodeError(f"event {type_name!r} field {name!r}: {exc}") from None
+
     elif hint is RetryPolicy:
 
         def convert(value: Any) -> Any:
@@ -181,11 +199,17 @@ class TrialAdded(Event):
 
 @dataclass(frozen=True)
 class TrialStarted(Event):
-    """An actor was started for the trial; ``restore_from`` names the checkpoint it restores."""
+    """An actor was started for the trial; ``restore_from`` names the checkpoint it restores.
+
+    ``node`` (version 2) is where the actor runs, as far as Ray told (``None``: not known).
+    """
 
     type_name = "TrialStarted"
+    version = 2
     trigger = "start"
+    since = {"node": 2}
     restore_from: str | None = None
+    node: NodeRef | None = None
 
 
 @dataclass(frozen=True)
@@ -240,12 +264,18 @@ class TrialStopped(Event):
 
 @dataclass(frozen=True)
 class TrialFailed(Event):
-    """The trial failed; ``error`` says which part failed and why."""
+    """The trial failed; ``error`` says which part failed and why.
+
+    ``node`` (version 2) is where it failed, as far as Ray told (``None``: not known).
+    """
 
     type_name = "TrialFailed"
+    version = 2
     trigger = "fail"
     required = ("error",)
+    since = {"node": 2}
     error: TrialError
+    node: NodeRef | None = None
 
 
 @dataclass(frozen=True)
@@ -261,12 +291,47 @@ class CheckpointsDiscarded(Event):
 
 @dataclass(frozen=True)
 class PolicySet(Event):
-    """The retry policy in force for this trial from now on."""
+    """The retry policy in force for this trial from now on.
+
+    Version 2: the policy may carry ``avoid_failed_nodes`` and ``avoid_nodes_wait_s`` (a
+    version 1 policy lacks them: they take their defaults).
+    """
 
     type_name = "PolicySet"
+    version = 2
     trigger = "set_policy"
     required = ("policy",)
     policy: RetryPolicy = field(default_factory=RetryPolicy)
+
+
+@dataclass(frozen=True)
+class NodesAvoided(Event):
+    """The trial's next attempt is placed on a node other than ``nodes`` (node ids).
+
+    Recorded by the Ray adapter when it applied the exclusion that the fold derived from the
+    restore failures of the current episode (``RetryPolicy.avoid_failed_nodes``). It changes
+    nothing in the fold: it says the exclusion was in force in Ray.
+    """
+
+    type_name = "NodesAvoided"
+    trigger = "avoid_nodes"
+    nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeAvoidanceDropped(Event):
+    """The exclusion of failed nodes was dropped: the next attempt may run on any node.
+
+    ``reason``: ``no_other_node`` (no other live node could host the trial),
+    ``timeout`` (it waited ``waited_ms`` for another node), ``unsupported`` (the installed Ray
+    cannot place by node label). ``nodes`` are the node ids that were excluded.
+    """
+
+    type_name = "NodeAvoidanceDropped"
+    trigger = "drop_avoidance"
+    nodes: tuple[str, ...] = ()
+    reason: str = ""
+    waited_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -293,6 +358,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         CheckpointsDiscarded,
         PolicySet,
         TrialReset,
+        NodesAvoided,
+        NodeAvoidanceDropped,
     )
 }
 
@@ -318,6 +385,13 @@ def decode_event(type_name: str, version: int, payload: Any) -> Event:
         )
     if not isinstance(payload, Mapping):
         raise EventDecodeError(f"event {type_name!r} payload is not a JSON object: {payload!r}")
+    if version < cls.version:
+        newer = sorted(name for name in payload if cls.since.get(name, 1) > version)
+        if newer:
+            raise EventDecodeError(
+                f"event {type_name!r} of schema version {version} has field(s) of a later "
+                f"version: {', '.join(newer)}"
+            )
     try:
         return cls.from_payload(payload)
     except EventDecodeError:

@@ -157,8 +157,11 @@ def has_older_checkpoint(ed: EventData) -> bool:
 
 
 def record_error(ed: EventData) -> None:
-    """Remember the failure as the trial's last error."""
-    _state(ed).last_error = _error(ed)
+    """Remember the failure as the trial's last error, and where it happened."""
+    state = _state(ed)
+    event = ed.kwargs["event"]
+    state.last_error = event.error
+    state.last_failure_node = event.node
 
 
 def count_failure(ed: EventData) -> None:
@@ -176,6 +179,19 @@ def count_restore_retry(ed: EventData) -> None:
 def count_exhausted_restore(ed: EventData) -> None:
     """A restore failure past the retries: counted in the total only (Ray keeps the episode)."""
     _state(ed).total_restore_failures += 1
+
+
+def exclude_failed_node(ed: EventData) -> None:
+    """With ``avoid_failed_nodes``, the episode's next attempt avoids the node that failed.
+
+    Only a node whose id is known is excluded; with the default policy nothing changes.
+    """
+    if not _policy(ed).avoid_failed_nodes:
+        return
+    node = ed.kwargs["event"].node
+    state = _state(ed)
+    if node is not None and node.node_id and node.node_id not in state.excluded_nodes:
+        state.excluded_nodes = (*state.excluded_nodes, node.node_id)
 
 
 def count_preemption(ed: EventData) -> None:
@@ -196,14 +212,16 @@ def begin_restore(ed: EventData) -> None:
     ) or state.latest_checkpoint
     if state.restoring_from is not None and target != state.restoring_from:
         state.restore_failures = 0
+        state.excluded_nodes = ()
     state.restoring_from = target
 
 
 def end_restore_episode(ed: EventData) -> None:
-    """The restore episode is over: its counter goes back to 0."""
+    """The restore episode is over: its counter goes back to 0, no node is avoided."""
     state = _state(ed)
     state.restore_failures = 0
     state.restoring_from = None
+    state.excluded_nodes = ()
 
 
 def discard_all_checkpoints(ed: EventData) -> None:
@@ -262,6 +280,12 @@ def reset_trial(ed: EventData) -> None:
         state.preemptions = 0
     state.restore_failures = 0
     state.restoring_from = None
+    state.excluded_nodes = ()
+
+
+def drop_avoidance(ed: EventData) -> None:
+    """The exclusion of failed nodes is dropped: the next attempt may run anywhere."""
+    _state(ed).excluded_nodes = ()
 
 
 def decide(decision: Decision) -> Effect:
@@ -289,7 +313,8 @@ def _fail_transitions() -> list[dict[str, Any]]:
              before=[record_error, count_failure, decide(Decision.GIVE_UP)]),
         dict(source=restoring, dest=Status.PENDING, conditions=[restore_retry_left,
                                                                 failures_within],
-             before=[record_error, count_restore_retry, decide(Decision.RETRY_RESTORE)]),
+             before=[record_error, count_restore_retry, exclude_failed_node,
+                     decide(Decision.RETRY_RESTORE)]),
         # Ray counts the retry, then should_recover() still refuses a trial already past
         # max_failures (resumed with resume_errored, or the policy lowered since).
         dict(source=restoring, dest=Status.ERROR, conditions=[restore_retry_left],
@@ -297,7 +322,7 @@ def _fail_transitions() -> list[dict[str, Any]]:
         dict(source=restoring, dest=Status.PENDING,
              conditions=[*within, on_exhausted(ExhaustionAction.RETRY_CHECKPOINT)],
              before=[record_error, count_failure, count_exhausted_restore,
-                     decide(Decision.RECOVER)]),
+                     exclude_failed_node, decide(Decision.RECOVER)]),
         dict(source=restoring, dest=Status.PENDING,
              conditions=[*within, on_exhausted(ExhaustionAction.PREVIOUS_CHECKPOINT),
                          has_older_checkpoint],
@@ -348,6 +373,8 @@ def transition_table() -> list[dict[str, Any]]:
         dict(trigger="reset", source=ENDED, dest=Status.PENDING, before=[reset_trial]),
         dict(trigger="discard_checkpoints", source=every, dest=None, before=[forget_discarded]),
         dict(trigger="set_policy", source=every, dest=None, before=[set_policy]),
+        dict(trigger="avoid_nodes", source=every, dest=None),
+        dict(trigger="drop_avoidance", source=every, dest=None, before=[drop_avoidance]),
     ]
     table += [dict(trigger="fail", **spec) for spec in _fail_transitions()]
     return table

@@ -45,6 +45,10 @@ class RetryPolicy:
         on_restore_exhausted: what to do once the restore retries are spent.
         delete_discarded_checkpoints: delete the folders of checkpoints a restart discards.
         fatal_exception_types: exception type names (short or qualified) never retried.
+        avoid_failed_nodes: place a restore retry on another node than those where the
+            current restore episode already failed (off: Ray's own placement).
+        avoid_nodes_wait_s: how long a retry waits for another node before the exclusion is
+            dropped and it runs anywhere (at once when no other node could host it).
     """
 
     max_failures: int = 0
@@ -54,6 +58,8 @@ class RetryPolicy:
     on_restore_exhausted: ExhaustionAction = ExhaustionAction.RETRY_CHECKPOINT
     delete_discarded_checkpoints: bool = False
     fatal_exception_types: tuple[str, ...] = field(default_factory=tuple)
+    avoid_failed_nodes: bool = False
+    avoid_nodes_wait_s: int = 60
 
     def __post_init__(self) -> None:
         def _int(name: str, value: object, minimum: int | None) -> None:
@@ -66,7 +72,9 @@ class RetryPolicy:
         _int("restore_retry_num", self.restore_retry_num, 0)
         if self.max_preemptions is not None:
             _int("max_preemptions", self.max_preemptions, 0)
-        for name in ("count_preemption_as_failure", "delete_discarded_checkpoints"):
+        _int("avoid_nodes_wait_s", self.avoid_nodes_wait_s, 0)
+        for name in ("count_preemption_as_failure", "delete_discarded_checkpoints",
+                     "avoid_failed_nodes"):
             if not isinstance(getattr(self, name), bool):
                 raise PolicyError(f"{name} must be true or false, got {getattr(self, name)!r}")
         try:

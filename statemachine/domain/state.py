@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from statemachine.domain.failures import TrialError
+from statemachine.domain.nodes import NodeRef
 from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.status import Decision, Status
 
@@ -47,6 +48,11 @@ class TrialState:
     last_decision: Decision | None = None
     seq: int = 0
     """Number of events folded into this state (the per-trial sequence number)."""
+    last_failure_node: NodeRef | None = None
+    """Where the last failure happened (``None``: not recorded)."""
+    excluded_nodes: tuple[str, ...] = ()
+    """Node ids where the current restore episode failed, avoided by its next attempt
+    (``RetryPolicy.avoid_failed_nodes``); empty otherwise."""
 
     @property
     def counters(self) -> Counters:
@@ -75,6 +81,8 @@ class TrialState:
             self.last_error,
             self.last_decision,
             self.seq,
+            self.last_failure_node,
+            self.excluded_nodes,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -92,11 +100,16 @@ class TrialState:
             "last_error": self.last_error.to_dict() if self.last_error else None,
             "last_decision": self.last_decision.value if self.last_decision else None,
             "seq": self.seq,
+            "last_failure_node": (
+                self.last_failure_node.to_dict() if self.last_failure_node else None
+            ),
+            "excluded_nodes": list(self.excluded_nodes),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrialState:
-        """Rebuild a state from :meth:`to_dict` output."""
+        """Rebuild a state from :meth:`to_dict` output (an older one lacks the node fields)."""
+        node = data.get("last_failure_node")
         return cls(
             trial_id=data["trial_id"],
             status=Status(data["status"]),
@@ -110,6 +123,8 @@ class TrialState:
             last_error=TrialError.from_dict(data["last_error"]) if data["last_error"] else None,
             last_decision=Decision(data["last_decision"]) if data["last_decision"] else None,
             seq=data["seq"],
+            last_failure_node=NodeRef.from_dict(node) if node else None,
+            excluded_nodes=tuple(data.get("excluded_nodes", ())),
         )
 
 

@@ -21,6 +21,7 @@ import functools
 import json
 import logging
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,6 +33,8 @@ from statemachine.domain.events import (
     CheckpointSaved,
     CheckpointsDiscarded,
     Event,
+    NodeAvoidanceDropped,
+    NodesAvoided,
     RestoreSucceeded,
     TrialAdded,
     TrialCompleted,
@@ -43,6 +46,7 @@ from statemachine.domain.events import (
     TrialStopped,
 )
 from statemachine.domain.machine import TransitionRecord
+from statemachine.domain.nodes import NodeRef
 from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Decision, Status
@@ -52,7 +56,14 @@ from statemachine.tune import checkpoints, errorfile, seam, secret_url
 from statemachine.tune import ray_surface as surface
 from statemachine.tune.compat import check_ray
 from statemachine.tune.log_sync import LogSync
-from statemachine.tune.reconcile import LIVE, RAY_PAUSED, RAY_PENDING, RAY_TERMINATED, reconcile
+from statemachine.tune.reconcile import (
+    LIVE,
+    RAY_ERROR,
+    RAY_PAUSED,
+    RAY_PENDING,
+    RAY_TERMINATED,
+    reconcile,
+)
 from statemachine.tune.recorder import Recorder
 from statemachine.tune.store_url import log_sync_for, resolve_url, warn_if_network_filesystem
 
@@ -62,6 +73,9 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 #: How long the end of an experiment waits for the last upload of the log's copy.
 SYNC_CLOSE_TIMEOUT_S = 60.0
 _printed_urls: set[str] = set()
+_said_unsupported: set[str] = set()
+#: How often (seconds) waiting retries are checked against the bounded wait and the nodes.
+_AVOID_CHECK_S = 1.0
 
 
 def _never_raises(method: _F) -> _F:
@@ -137,6 +151,12 @@ class EventLogCallback(Callback):
         self._trials_seen = 0
         self._recover: dict[str, bool] = {}
         self._maybe_stopped: dict[str, Any] = {}
+        # where each trial's current actor was placed: (actor id, node)
+        self._started: dict[str, tuple[str | None, NodeRef | None]] = {}
+        # trials whose retry waits for a node outside their exclusion: since (monotonic)
+        self._avoiding: dict[str, float] = {}
+        self._avoid_checked = 0.0
+        self._selector_problem: str | None = None
         self._summary: dict[str, int] | None = None
         self._log_sync: LogSync | None = None
 
@@ -217,7 +237,20 @@ class EventLogCallback(Callback):
 
         self._recorder = Recorder(open_log, policy)
         self._recorder.open()
+        if policy.avoid_failed_nodes:
+            self._prepare_avoidance()
         return self._recorder
+
+    def _prepare_avoidance(self) -> None:
+        """Check once that this Ray can place by node label; say so once if it cannot."""
+        self._selector_problem = surface.selector_support()
+        if self._selector_problem is None:
+            surface.track_controller()
+        elif self._selector_problem not in _said_unsupported:
+            _said_unsupported.add(self._selector_problem)
+            logger.warning(
+                "statemachine: RetryPolicy(avoid_failed_nodes=True) cannot be applied: %s; "
+                "restore retries run where Ray places them", self._selector_problem)
 
     @property
     def policy_in_force(self) -> RetryPolicy:
@@ -261,10 +294,13 @@ class EventLogCallback(Callback):
             exc = RuntimeError("Ray reported a failure without an exception")
         phase = Status.RESTORING if restoring else Status.RUNNING
         error = classify(exc, phase, policy.fatal_exception_types)
-        record = self._record(trial, TrialFailed(error=error))
+        node = surface.failure_node(trial, exc, self._started.pop(surface.trial_id(trial), None))
+        record = self._record(trial, TrialFailed(error=error, node=node))
         if record is None:
             return  # refused by the fold: Ray's own accounting stands
         self._steer(trial, record, known_checkpoints)
+        if policy.avoid_failed_nodes:
+            self._place_retry(trial, record)
         self._upload_log(changed_only=True)  # a decision: the storage's copy must hold it
         error_file = surface.error_file(trial)
         if error_file:
@@ -309,10 +345,110 @@ class EventLogCallback(Callback):
             reason="restore retries spent: restart_from_scratch",
         ))
 
+    # ------------------------------------------------------------------ avoiding failed nodes
+
+    def _unexclude(self, trial: Any) -> None:
+        """The trial's own resources again (no node excluded)."""
+        if self._selector_problem is None:
+            surface.set_factory(trial, surface.without_exclusion(surface.factory(trial)))
+
+    def _place_retry(self, trial: Any, record: TransitionRecord) -> None:
+        """Place the trial's retry away from the nodes where its restore episode failed."""
+        trial_id = surface.trial_id(trial)
+        state = self._state(trial)
+        nodes = state.excluded_nodes if state is not None else ()
+        if record.status_after is not Status.PENDING or not nodes:
+            self._avoiding.pop(trial_id, None)
+            self._unexclude(trial)
+            return
+        if self._selector_problem is not None:
+            self._record(trial, NodeAvoidanceDropped(nodes=nodes, reason="unsupported"))
+            return
+        if not surface.can_host_elsewhere(trial, nodes):
+            self._drop_avoidance(trial, "no_other_node", 0.0)
+            return
+        excluded = surface.with_exclusion(surface.factory(trial), nodes)
+        if excluded is None:
+            logger.warning("statemachine: trial %s selects its nodes by %s itself; its retry is "
+                           "placed by that selector", trial_id, surface.NODE_ID_LABEL)
+            self._record(trial, NodeAvoidanceDropped(nodes=nodes, reason="unsupported"))
+            return
+        if surface.set_factory(trial, excluded):
+            self._avoiding[trial_id] = time.monotonic()
+            self._record(trial, NodesAvoided(nodes=nodes))
+            logger.warning("statemachine: trial %s retries its restore away from node(s) %s",
+                           trial_id, ", ".join(n[:12] for n in nodes))
+
+    def _drop_avoidance(self, trial: Any, reason: str, waited_s: float) -> bool:
+        """Let the trial run on any node again; record why. False if Tune would not let go."""
+        state = self._state(trial)
+        nodes = state.excluded_nodes if state is not None else ()
+        if not surface.set_factory(trial, surface.without_exclusion(surface.factory(trial))):
+            return False
+        trial_id = surface.trial_id(trial)
+        self._avoiding.pop(trial_id, None)
+        self._record(trial, NodeAvoidanceDropped(nodes=nodes, reason=reason,
+                                                 waited_ms=int(waited_s * 1000)))
+        logger.warning("statemachine: trial %s: %s; its retry may run on any node", trial_id,
+                       "no other node can host it" if reason == "no_other_node"
+                       else f"no other node took it within {waited_s:.0f} s")
+        return True
+
+    def _check_avoidance(self, trials: list[Any]) -> None:
+        """Bounded wait: a retry still waiting for another node runs anywhere once the wait is
+        over, or at once when no live node outside its exclusion can host it."""
+        now = time.monotonic()
+        if not self._avoiding or now - self._avoid_checked < _AVOID_CHECK_S:
+            return
+        self._avoid_checked = now
+        limit = self.policy_in_force.avoid_nodes_wait_s
+        for trial in trials:
+            trial_id = surface.trial_id(trial)
+            since = self._avoiding.get(trial_id)
+            if since is None:
+                continue
+            ray_status = surface.status(trial)
+            if ray_status != RAY_PENDING:
+                if ray_status in (RAY_TERMINATED, RAY_ERROR):
+                    self._avoiding.pop(trial_id, None)
+                continue
+            state = self._state(trial)
+            nodes = state.excluded_nodes if state is not None else ()
+            if not nodes:
+                self._avoiding.pop(trial_id, None)
+                continue
+            waited = now - since
+            if not surface.can_host_elsewhere(trial, nodes):
+                self._drop_avoidance(trial, "no_other_node", waited)
+            elif waited >= limit:
+                self._drop_avoidance(trial, "timeout", waited)
+
+    def _restore_placement(self, trial: Any) -> None:
+        """After ``Tuner.restore``: the exclusion in the log is the one in force in Ray."""
+        if self._selector_problem is not None:
+            return
+        state = self._state(trial)
+        current = surface.factory(trial)
+        if current is None:
+            return
+        wanted = state.excluded_nodes if state is not None else ()
+        if wanted and surface.status(trial) == RAY_PENDING:
+            excluded = surface.with_exclusion(current, wanted)
+            if excluded is not None and surface.set_factory(trial, excluded):
+                self._avoiding[surface.trial_id(trial)] = time.monotonic()
+                logger.warning("statemachine: trial %s: its restore retry still avoids "
+                               "node(s) %s (from the event log)", surface.trial_id(trial),
+                               ", ".join(n[:12] for n in wanted))
+        elif surface.excluded_by(current):
+            surface.set_factory(trial, surface.without_exclusion(current))
+
     @_never_raises
     def trial_restored(self, trial: Any) -> None:
-        """The trial restored from its checkpoint."""
+        """The trial restored from its checkpoint (its restore episode, and any exclusion of
+        failed nodes, is over)."""
         self._record(trial, RestoreSucceeded())
+        if self.policy_in_force.avoid_failed_nodes:
+            self._unexclude(trial)
 
     @_never_raises
     def status_changed(self, trial: Any, old: str | None, new: str) -> None:
@@ -377,6 +513,8 @@ class EventLogCallback(Callback):
                     current,
                 )
                 surface.set_restore_failures(trial, plan.restore_failures)
+            if self.policy_in_force.avoid_failed_nodes:
+                self._restore_placement(trial)
 
     # ------------------------------------------------------------------ Tune hooks
 
@@ -399,6 +537,8 @@ class EventLogCallback(Callback):
             self._reconcile(trials)
             self._upload_log()
         self._track_new(trials)
+        if self._avoiding:
+            self._check_avoidance(trials)
 
     def _track_new(self, trials: list[Any]) -> None:
         """Add trials created since the last look (Tune only appends to its list)."""
@@ -419,8 +559,13 @@ class EventLogCallback(Callback):
     def on_trial_start(self, iteration: int, trials: list[Any], trial: Any,
                        **info: Any) -> None:
         """An actor started for the trial; it restores when Ray has a checkpoint for it."""
-        self._maybe_stopped.pop(surface.trial_id(trial), None)
-        self._record(trial, TrialStarted(restore_from=surface.current_checkpoint(trial)))
+        trial_id = surface.trial_id(trial)
+        self._maybe_stopped.pop(trial_id, None)
+        started = surface.started_actor(trial)
+        self._started[trial_id] = started
+        self._avoiding.pop(trial_id, None)  # placed: the wait is over
+        self._record(trial, TrialStarted(restore_from=surface.current_checkpoint(trial),
+                                         node=started[1]))
 
     @_never_raises
     def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any,

@@ -47,6 +47,30 @@ for ``tune.Tuner`` are only in ``ray.train`` in 2.40; 2.60 has them in ``ray.tun
 ``RayDeprecationWarning`` when ``ray.train``'s are passed to a ``Tuner``. This module exports
 the ones of the installed Ray.
 
+Nodes and placement (``RetryPolicy.avoid_failed_nodes``, and the node of every start and
+failure); read in Ray 2.60, and guarded so an older Ray only gets ``None``/"unsupported":
+
+- the node of an actor: the GCS actor table (``ray._private.state.state.actor_table``,
+  internal: ``Address.NodeID``/``IPAddress``) and ``ray.nodes()`` (``NodeID``,
+  ``NodeManagerAddress``, ``NodeManagerHostname``, ``Alive``, ``Resources``):
+  :func:`actor_node`, :func:`node_ref`, :func:`can_host_elsewhere`;
+- the actor of a trial and of a failure: ``trial.temporary_state.ray_actor`` (its
+  ``_actor_id``), ``RayActorError.actor_id``, ``RayTaskError._actor_id`` and ``.ip``:
+  :func:`started_actor`, :func:`failure_node`;
+- placement: ``trial.placement_group_factory`` (a ``PlacementGroupFactory``: its
+  ``bundles``, ``strategy``, ``head_bundle_is_empty`` and the private ``_args``/``_kwargs``
+  passed to ``ray.util.placement_group``, which takes ``bundle_label_selector`` since Ray
+  2.49; every node carries the ``ray.io/node-id`` label), written as
+  ``Trial.update_resources`` does with ``invalidate_json_state()``: :func:`factory`,
+  :func:`with_exclusion`, :func:`without_exclusion`, :func:`excluded_by`,
+  :func:`set_factory`, :func:`selector_support`;
+- dropping the exclusion of a trial whose actor request is pending: the ``TuneController``'s
+  private bookkeeping (``_trial_to_actor``, ``_actor_to_trial``, ``_staged_trials``,
+  ``_actor_cache.decrease_max``, ``_resources_to_pending_trials``,
+  ``_actor_manager.is_actor_started``/``remove_actor``, which cancels the pending resource
+  request), reached through a wrapper of ``TuneController._schedule_trial_actor`` installed
+  only when the policy asks for it: :func:`track_controller`, :func:`set_factory`.
+
 Outside this module Ray is used only through public names: ``ray.tune.Callback`` (base of
 :class:`~statemachine.tune.EventLogCallback`), ``ray.__version__`` (:mod:`.compat`), and
 ``ray.exceptions.RayTaskError``/``RayActorError`` (``.cause``, ``.preempted``,
@@ -56,10 +80,18 @@ Outside this module Ray is used only through public names: ``ray.tune.Callback``
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ray.tune.experiment import Trial
+
+from statemachine.domain.nodes import NodeRef
+
+_logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ray.train._internal.checkpoint_manager import _CheckpointManager
@@ -72,32 +104,46 @@ else:
         from ray.train import CheckpointConfig, FailureConfig, RunConfig
 
 __all__ = [
+    "NODE_ID_LABEL",
     "SEAM_METHODS",
+    "SELECTOR_MIN_RAY",
     "CheckpointConfig",
     "FailureConfig",
     "RunConfig",
     "Trial",
     "TrialMethodHooks",
+    "actor_node",
+    "can_host_elsewhere",
     "checkpoint_path",
     "checkpoint_paths",
     "config",
     "current_checkpoint",
     "error_file",
+    "excluded_by",
     "experiment_name",
     "experiment_path",
+    "factory",
+    "failure_node",
     "forget_checkpoints",
     "is_restoring",
     "max_failures",
     "missing_trial_methods",
+    "node_ref",
     "num_failures",
     "restore_from",
+    "selector_support",
+    "set_factory",
     "set_num_failures",
     "set_restore_failures",
+    "started_actor",
     "status",
     "storage_filesystem",
+    "track_controller",
     "trial_id",
     "trial_methods_wrapped",
     "trial_path",
+    "with_exclusion",
+    "without_exclusion",
     "wrap_trial_methods",
 ]
 
@@ -379,3 +425,302 @@ def trial_methods_wrapped(trial_cls: type | None = None) -> bool:
 def missing_trial_methods() -> list[str]:
     """The :data:`SEAM_METHODS` the installed Ray's ``Trial`` lacks (empty when supported)."""
     return [name for name in SEAM_METHODS if not callable(getattr(Trial, name, None))]
+
+
+# ---------------------------------------------------------------- nodes and placement
+# (RetryPolicy.avoid_failed_nodes, and the node of every start and failure)
+
+#: The node label Ray sets on every node (its node id), and the first Ray whose placement
+#: groups take per-bundle label selectors that honour it.
+NODE_ID_LABEL = "ray.io/node-id"
+SELECTOR_MIN_RAY = (2, 49)
+
+_NODES_TTL_S = 1.0
+_lock = threading.Lock()
+_nodes_cache: tuple[float, dict[str, dict[str, Any]]] = (0.0, {})
+_PLACEMENT_MARK = "__statemachine_placement__"
+#: trial id -> the TuneController that last requested an actor for it.
+_controllers: dict[str, weakref.ReferenceType[Any]] = {}
+
+
+# ---------------------------------------------------------------- what the installed Ray can do
+
+
+def selector_support(ray_version: str | None = None) -> str | None:
+    """``None`` when this Ray (or a Ray of ``ray_version``) can place a trial away from given
+    nodes; else why it cannot, naming the Ray version that is needed."""
+    try:
+        import inspect
+
+        import ray
+        from ray.util.placement_group import placement_group
+
+        from statemachine.tune.compat import parse_version
+
+        installed = ray_version or ray.__version__
+        version = parse_version(installed)
+        needed = ".".join(map(str, SELECTOR_MIN_RAY))
+        if version < SELECTOR_MIN_RAY:
+            return (f"ray {installed} is installed, avoid_failed_nodes needs ray >= {needed} "
+                    f"(pip install 'ray[tune]>={needed}')")
+        if "bundle_label_selector" not in inspect.signature(placement_group).parameters:
+            return (f"ray {ray.__version__}'s placement_group() takes no bundle_label_selector "
+                    f"(needs ray >= {needed})")
+    except Exception as exc:  # an odd Ray: say so, never crash
+        return f"cannot tell whether this Ray supports label selectors: {exc}"
+    return None
+
+
+# ---------------------------------------------------------------- nodes and actors
+
+
+def _nodes(refresh: bool = False) -> dict[str, dict[str, Any]]:
+    """``ray.nodes()`` by node id, cached for a second (a GCS call)."""
+    global _nodes_cache
+    now = time.monotonic()
+    with _lock:
+        taken, table = _nodes_cache
+        if refresh or now - taken > _NODES_TTL_S or not table:
+            import ray
+
+            table = {n["NodeID"]: n for n in ray.nodes()}
+            _nodes_cache = (now, table)
+        return table
+
+
+def node_ref(node_id: str | None, ip: str | None = None) -> NodeRef | None:
+    """What the node table says about ``node_id`` (``ip`` when the table does not tell)."""
+    if not node_id:
+        return NodeRef(node_ip=ip) if ip else None
+    try:
+        info = _nodes().get(node_id) or _nodes(refresh=True).get(node_id)
+    except Exception:
+        info = None
+    if info is None:
+        return NodeRef(node_id=node_id, node_ip=ip or None)
+    return NodeRef(node_id=node_id,
+                   node_ip=info.get("NodeManagerAddress") or ip or None,
+                   hostname=info.get("NodeManagerHostname") or None)
+
+
+def actor_node(actor_id: str | None) -> NodeRef | None:
+    """The node an actor was placed on, from the GCS actor table (``None``: not known)."""
+    if not actor_id:
+        return None
+    try:
+        from ray._private.state import state
+
+        info = state.actor_table(actor_id)
+    except Exception:
+        return None
+    address = (info.get("Address") or {}) if isinstance(info, dict) else {}
+    node_id = address.get("NodeID") or None
+    if node_id and set(node_id) == {"0"}:  # a nil id: not placed yet
+        node_id = None
+    return node_ref(node_id, address.get("IPAddress") or None)
+
+
+def trial_actor_id(trial: Any) -> str | None:
+    """The id of the trial's current actor, if it has one."""
+    try:
+        actor = trial.temporary_state.ray_actor
+        return str(actor._actor_id.hex()) if actor is not None else None
+    except Exception:
+        return None
+
+
+def failure_actor_id(exc: BaseException | None) -> str | None:
+    """The actor a Ray failure names (``RayActorError.actor_id``, a task error's actor)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        for name in ("actor_id", "_actor_id"):
+            value = getattr(exc, name, None)
+            if isinstance(value, str) and value:
+                return value
+            to_hex = getattr(value, "hex", None)
+            if value is not None and callable(to_hex):
+                return str(to_hex())
+        exc = exc.__cause__ or getattr(exc, "cause", None)
+        if not isinstance(exc, BaseException):
+            break
+    return None
+
+
+def failure_ip(exc: BaseException | None) -> str | None:
+    """The IP a ``RayTaskError`` was raised on (set by the worker that raised it)."""
+    try:
+        from ray.exceptions import RayTaskError
+    except ImportError:  # pragma: no cover
+        return None
+    return exc.ip if isinstance(exc, RayTaskError) and isinstance(exc.ip, str) else None
+
+
+def failure_node(trial: Any, exc: BaseException | None,
+                 started: tuple[str | None, NodeRef | None] | None) -> NodeRef | None:
+    """Where a trial's failure happened: the node of the actor it names, else of the trial's
+    actor, else (the same actor) where it started; else the IP a task error carries."""
+    actor_id = failure_actor_id(exc) or trial_actor_id(trial)
+    node = actor_node(actor_id)
+    if node is None or node.node_id is None:
+        if started is not None and started[0] is not None and started[0] == actor_id:
+            node = started[1] or node
+    if node is None:
+        ip = failure_ip(exc)
+        node = NodeRef(node_ip=ip) if ip else None
+    return node
+
+
+def can_host_elsewhere(trial: Any, excluded: Iterable[str]) -> bool:
+    """Whether a live node outside ``excluded`` has the total resources of every bundle."""
+    avoid = set(excluded)
+    try:
+        bundles = trial.placement_group_factory.bundles
+        nodes = [n for n in _nodes().values() if n.get("Alive") and n["NodeID"] not in avoid]
+    except Exception:
+        return True  # not known: let the bounded wait decide
+    for bundle in bundles:
+        if not any(all(float(n.get("Resources", {}).get(k, 0.0)) >= float(v)
+                       for k, v in bundle.items()) for n in nodes):
+            return False
+    return True
+
+
+# ---------------------------------------------------------------- placement group factories
+
+
+def _selector_value(node_ids: Sequence[str]) -> str:
+    return f"!in({','.join(node_ids)})"
+
+
+def _is_ours(value: object) -> bool:
+    return isinstance(value, str) and value.startswith("!in(")
+
+
+def _rebuild(pgf: Any, selectors: list[dict[str, str]] | None) -> Any:
+    """``pgf`` with ``bundle_label_selector`` replaced (``None``: removed)."""
+    from ray.tune.execution.placement_groups import PlacementGroupFactory
+
+    bundles = pgf.bundles
+    if pgf.head_bundle_is_empty:
+        bundles = [{}, *bundles]
+    kwargs = dict(pgf._kwargs)
+    kwargs.pop("bundle_label_selector", None)
+    if selectors is not None and any(selectors):
+        kwargs["bundle_label_selector"] = selectors
+    return PlacementGroupFactory(bundles, pgf.strategy, *pgf._args, **kwargs)
+
+
+def _selectors(pgf: Any) -> list[dict[str, str]]:
+    given = pgf._kwargs.get("bundle_label_selector") or []
+    count = len(pgf.bundles)
+    return [dict(given[i]) if i < len(given) and given[i] else {} for i in range(count)]
+
+
+def without_exclusion(pgf: Any) -> Any:
+    """``pgf`` without the node exclusion this module adds (the trial's own resources)."""
+    selectors = _selectors(pgf)
+    if not any(_is_ours(s.get(NODE_ID_LABEL)) for s in selectors):
+        return pgf
+    for s in selectors:
+        if _is_ours(s.get(NODE_ID_LABEL)):
+            del s[NODE_ID_LABEL]
+    return _rebuild(pgf, selectors)
+
+
+def with_exclusion(pgf: Any, node_ids: Sequence[str]) -> Any | None:
+    """``pgf`` whose every bundle avoids ``node_ids``; ``None`` if the trial's own resources
+    already select by node id (the user's choice stands)."""
+    selectors = _selectors(without_exclusion(pgf))
+    if any(NODE_ID_LABEL in s for s in selectors):
+        return None
+    for s in selectors:
+        s[NODE_ID_LABEL] = _selector_value(node_ids)
+    return _rebuild(pgf, selectors)
+
+
+def excluded_by(pgf: Any) -> tuple[str, ...]:
+    """The node ids a factory's exclusion names (empty: none)."""
+    for s in _selectors(pgf):
+        value = s.get(NODE_ID_LABEL)
+        if _is_ours(value):
+            return tuple(v.strip() for v in str(value)[4:-1].split(",") if v.strip())
+    return ()
+
+
+def factory(trial: Any) -> Any:
+    """The trial's placement group factory."""
+    return trial.placement_group_factory
+
+
+def set_factory(trial: Any, pgf: Any) -> bool:
+    """Give the trial new resources, as ``Trial.update_resources`` does (which refuses a
+    RUNNING trial: a failed one is still RUNNING inside ``handle_error``), keeping Tune's
+    bookkeeping of a pending trial straight. False when the trial's actor already started
+    (its placement is done) or Tune's internals are not as expected."""
+    if trial.placement_group_factory == pgf:
+        return True
+    if trial.status == "PENDING":
+        ref = _controllers.get(trial.trial_id)
+        controller = ref() if ref is not None else None
+        if controller is not None and not _unstage(controller, trial):
+            return False
+        if controller is not None:
+            controller._resources_to_pending_trials[trial.placement_group_factory].discard(trial)
+        trial.placement_group_factory = pgf
+        trial.invalidate_json_state()
+        if controller is not None:
+            controller._resources_to_pending_trials[pgf].add(trial)
+        return True
+    trial.placement_group_factory = pgf
+    trial.invalidate_json_state()
+    return True
+
+
+def _unstage(controller: Any, trial: Any) -> bool:
+    """Cancel the actor request of a PENDING trial (so it is requested anew); False when
+    its actor is already placed."""
+    try:
+        tracked = controller._trial_to_actor.get(trial)
+        if tracked is not None:
+            if controller._actor_manager.is_actor_started(tracked):
+                return False
+            controller._trial_to_actor.pop(trial, None)
+            controller._actor_to_trial.pop(tracked, None)
+            controller._actor_manager.remove_actor(tracked, kill=False)
+        if trial in controller._staged_trials:
+            controller._staged_trials.discard(trial)
+            controller._actor_cache.decrease_max(trial.placement_group_factory)
+        return True
+    except Exception:
+        _logger.exception("statemachine: cannot re-request the placement of trial %s", trial)
+        return False
+
+
+def track_controller(controller_cls: type | None = None) -> None:
+    """Remember which TuneController requests each trial's actor (once per process)."""
+    if controller_cls is None:
+        from ray.tune.execution.tune_controller import TuneController
+
+        controller_cls = TuneController
+    original = controller_cls.__dict__.get("_schedule_trial_actor")
+    if original is None or getattr(original, _PLACEMENT_MARK, False):
+        return
+
+    @functools.wraps(original)
+    def _schedule_trial_actor(self: Any, trial: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            _controllers[trial.trial_id] = weakref.ref(self)
+        except Exception:  # never in Tune's way
+            pass
+        return original(self, trial, *args, **kwargs)
+
+    setattr(_schedule_trial_actor, _PLACEMENT_MARK, True)
+    controller_cls._schedule_trial_actor = _schedule_trial_actor  # type: ignore[attr-defined]
+
+
+def started_actor(trial: Any) -> tuple[str | None, NodeRef | None]:
+    """The trial's actor id and the node it was placed on (on ``on_trial_start``)."""
+    actor_id = trial_actor_id(trial)
+    return actor_id, actor_node(actor_id)
+

@@ -147,7 +147,8 @@ def test_corrupted_row_in_explain(invoke: Callable[..., Run], fixture_db: Path) 
     position = corrupt(fixture_db, "c_given_up", 9)
     run = invoke("--db", fixture_db, "explain", EXP, "c_given_up")
     assert_one_line_error(run, f"position {position}")
-    assert "Restore failure # 1 (retry 1 of 2)" in " ".join(run.stdout.split())
+    assert "Restore failure # 1 on node 10.0.0.7 (node-id a7a7a7a7a7a7...) (retry 1 of 2)" in (
+        " ".join(run.stdout.split()))
 
 
 def test_verify_fails_with_exit_1_at_the_first_divergence(
@@ -282,8 +283,8 @@ def test_row_that_does_not_fold_is_reported_and_the_rest_is_shown(
     """A row rewritten into an event that is impossible where the trial is (PENDING ->
     TrialCompleted): every reader names its position and goes on with the other trials."""
     with closing(sqlite3.connect(fixture_db)) as conn, conn:
-        conn.execute("UPDATE events SET type_name = 'TrialCompleted', payload = '{}' "
-                     "WHERE trial_id = 'c_given_up' AND seq = 6")
+        conn.execute("UPDATE events SET type_name = 'TrialCompleted', version = 1, "
+                     "payload = '{}' WHERE trial_id = 'c_given_up' AND seq = 6")
         (position,) = conn.execute("SELECT position FROM events WHERE trial_id = 'c_given_up' "
                                    "AND seq = 6").fetchone()
     run = invoke("--db", fixture_db, "trials", EXP, "--json")

@@ -112,9 +112,10 @@ def test_explain_numbers_restore_failures_across_the_crash(
     assert run.exit_code == 0
     text = " ".join(run.stdout.split())
     assert "Trial c_given_up is ERROR: it gave up at seq 11" in text
-    assert "Restore failure # 1 (retry 1 of 2)" in text
-    assert "Restore failure # 2 (retry 2 of 2)" in text
-    assert "Restore failure # 3 (restore retries spent: 2 of 2)" in text
+    assert "Restore failure # 1 on node 10.0.0.7 (node-id a7a7a7a7a7a7...) (retry 1 of 2)" in text
+    assert "Restore failure # 2 on node 10.0.0.7 (node-id a7a7a7a7a7a7...) (retry 2 of 2)" in text
+    # the third attempt's node told only its IP: no node id is made up for it
+    assert "Restore failure # 3 on node 10.0.0.8 (restore retries spent: 2 of 2)" in text
     assert ("Decision GIVE_UP: the restore retries are spent and failure 2 exceeds "
             "max_failures 1") in text
     assert "The driver of epoch 1 crashed" in text
@@ -131,7 +132,8 @@ def test_explain_restart_from_scratch_and_preemption(
     texts = [s["text"] for s in data["steps"]]
     assert any(t.startswith("Preemption # 1") and "not counted as a failure" in t for t in texts)
     scratch = next(s for s in data["steps"] if s["decision"] == "RESTART_FROM_SCRATCH")
-    assert "Restore failure # 3 (restore retries spent: 2 of 2)" in scratch["text"]
+    assert ("Restore failure # 3 on node 10.0.0.7 (node-id a7a7a7a7a7a7...) (restore retries "
+            "spent: 2 of 2)") in scratch["text"]
     assert data["status"] == "TERMINATED"
     assert data["policy"]["on_restore_exhausted"] == "restart_from_scratch"
 

@@ -47,7 +47,8 @@ def test_trials_json_through_the_console_script(fixture_db: Path) -> None:
 def test_db_from_the_environment(experiment_dir: Path) -> None:
     done = _run("explain", EXP, "c_given_up", env={"STATEMACHINE_DB_URL": str(experiment_dir)})
     assert done.returncode == 0, done.stderr
-    assert "Restore failure # 2 (retry 2 of 2)" in " ".join(done.stdout.split())
+    assert "Restore failure # 2 on node 10.0.0.7 (node-id a7a7a7a7a7a7...) (retry 2 of 2)" in (
+        " ".join(done.stdout.split()))
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:

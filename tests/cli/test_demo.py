@@ -7,6 +7,7 @@ Its values change every run (Ray trial ids, times), so its golden file holds the
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +47,13 @@ def test_demo_crashes_a_driver_resumes_and_explains(tmp_path: Path) -> None:
     steps = [(s["epoch"], s["text"]) for s in explained["steps"]]
     texts = " ".join(t for _, t in steps)
     assert "The driver of epoch 1 crashed" in texts
-    retry1 = next(e for e, t in steps if t.startswith("Restore failure # 1 (retry 1 of 2)"))
-    retry2 = next(e for e, t in steps if t.startswith("Restore failure # 2 (retry 2 of 2)"))
+    # each failure names the (one) node it ran on: "Restore failure # 1 on node <ip>
+    # (node-id <12 hex>...) (retry 1 of 2)"
+    on_node = r"Restore failure # {} on node \S+ \(node-id [0-9a-f]{{12}}\.\.\.\) \({}\)"
+    retry1 = next(e for e, t in steps if re.match(on_node.format(1, "retry 1 of 2"), t))
+    retry2 = next(e for e, t in steps if re.match(on_node.format(2, "retry 2 of 2"), t))
     assert (retry1, retry2) == (1, 2)
-    assert any(t.startswith("Restore failure # 3 (restore retries spent: 2 of 2)")
+    assert any(re.match(on_node.format(3, "restore retries spent: 2 of 2"), t)
                and "GIVE_UP" in t for _, t in steps)
     # The log the demo wrote reads back through the other commands and verifies.
     folder = Path(data["folder"])

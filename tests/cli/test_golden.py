@@ -31,6 +31,8 @@ CASES: dict[str, list[str]] = {
     "explain_restart_from_scratch": ["explain", EXP, "b_preempted_scratch", "--json"],
     "what_if_restore_retry_num": ["what-if", EXP, "--restore-retry-num", "3", "--json"],
     "what_if_max_failures": ["what-if", EXP, "--max-failures", "0", "--json"],
+    "what_if_avoid_failed_nodes": ["what-if", EXP, "--avoid-failed-nodes", "--json"],
+    "nodes": ["nodes", EXP, "--json"],
     "verify": ["verify", "--json"],
     "export.jsonl": ["export", EXP, "--json"],
     "export_to_file": ["export", EXP, "-o", "{tmp}/export.jsonl", "--json"],

@@ -16,6 +16,11 @@ restart_from_scratch, preemptions not counted), six trials over two driver sessi
 - ``e_stopped``: running through the crash, requeued by the new driver, stopped early.
 - ``f_aborted``: a non-retryable failure (AbortError): GIVE_UP at once.
 
+Where attempts ran (``nodes``): ``b_preempted_scratch`` and ``c_given_up`` record their nodes
+(``NODE_A`` 10.0.0.7 took the preemption and three restore failures, ``NODE_B`` one; one
+failure knows only its IP); the other trials record none, as a log written before nodes were
+recorded, so their attempts count under ``unknown``.
+
 Session 1 runs in a child process that dies (``os._exit``) without ending its session: the
 crash. Session 2 (epoch 2) is the ``Tuner.restore`` driver; it ends cleanly.
 
@@ -42,6 +47,7 @@ from statemachine.domain.events import (
     TrialStopped,
 )
 from statemachine.domain.failures import AbortError, ActorError, RestoreError, TrainingError
+from statemachine.domain.nodes import NodeRef
 from statemachine.domain.policy import ExhaustionAction, RetryPolicy
 from statemachine.log import ExperimentLog
 
@@ -52,12 +58,14 @@ POLICY = RetryPolicy(
     restore_retry_num=2,
     on_restore_exhausted=ExhaustionAction.RESTART_FROM_SCRATCH,
 )
+NODE_A = NodeRef("a7" * 28, "10.0.0.7", "worker-a")
+NODE_B = NodeRef("b8" * 28, "10.0.0.8", "worker-b")
 
 
-def restore_failed(message: str) -> TrialFailed:
+def restore_failed(message: str, node: NodeRef | None = None) -> TrialFailed:
     """A restore that failed because the node holding the checkpoint went away."""
     return TrialFailed(RestoreError("builtins.FileNotFoundError", message,
-                                    "Traceback (most recent call last): ...\n"))
+                                    "Traceback (most recent call last): ...\n"), node=node)
 
 
 def training_failed(message: str) -> TrialFailed:
@@ -73,18 +81,21 @@ def session_one(db: Path) -> None:
                   "e_stopped", "f_aborted"):
         log.record(trial, TrialAdded({"lr": 0.01, "trial": trial}))
     for trial in ("a_recovered", "b_preempted_scratch", "c_given_up", "d_paused"):
-        log.record(trial, TrialStarted())
+        node = {"b_preempted_scratch": NODE_A, "c_given_up": NODE_B}.get(trial)
+        log.record(trial, TrialStarted(node=node))
         log.record(trial, CheckpointSaved(f"{trial}/checkpoint_000000"))
     log.record("a_recovered", training_failed("loss is NaN at step 120"))
     log.record("b_preempted_scratch", TrialFailed(ActorError(
         "ray.exceptions.ActorDiedError", "node 10.0.0.7 was preempted (spot instance)",
-        preempted=True)))
-    log.record("c_given_up", training_failed("CUDA out of memory"))
+        preempted=True), node=NODE_A))
+    log.record("c_given_up", TrialFailed(training_failed("CUDA out of memory").error,
+                                         node=NODE_B))
     log.record("d_paused", TrialPaused())
     log.record("a_recovered", TrialStarted())
     log.record("a_recovered", RestoreSucceeded())
-    log.record("c_given_up", TrialStarted())
-    log.record("c_given_up", restore_failed("checkpoint_000000: no such file on node 10.0.0.7"))
+    log.record("c_given_up", TrialStarted(node=NODE_A))
+    log.record("c_given_up", restore_failed("checkpoint_000000: no such file on node 10.0.0.7",
+                                            NODE_A))
     log.record("e_stopped", TrialStarted())
     log.record("b_preempted_scratch", TrialStarted())
     log.record("d_paused", TrialResumed())
@@ -101,17 +112,18 @@ def session_two(db: Path) -> None:
     # Ray requeues the trials that were live when the driver died.
     log.record("e_stopped", TrialResumed())
     log.record("b_preempted_scratch", TrialResumed())
-    for attempt in (2, 3):
-        log.record("c_given_up", TrialStarted())
+    for attempt, node in ((2, NODE_A), (3, NodeRef(node_ip="10.0.0.8"))):
+        log.record("c_given_up", TrialStarted(node=node))
         log.record("c_given_up", restore_failed(f"checkpoint_000000: attempt {attempt}: "
-                                                "object lost"))
-    for _ in range(3):
-        log.record("b_preempted_scratch", TrialStarted())
-        log.record("b_preempted_scratch", restore_failed("checkpoint_000000 is corrupted"))
+                                                "object lost", node))
+    for node in (NODE_A, NODE_B, NODE_A):
+        log.record("b_preempted_scratch", TrialStarted(node=node))
+        log.record("b_preempted_scratch", restore_failed("checkpoint_000000 is corrupted",
+                                                         node))
     log.record("b_preempted_scratch", CheckpointsDiscarded(
         ("b_preempted_scratch/checkpoint_000000",), deleted=False,
         reason="restart_from_scratch"))
-    log.record("b_preempted_scratch", TrialStarted())
+    log.record("b_preempted_scratch", TrialStarted(node=NODE_B))
     log.record("b_preempted_scratch", CheckpointSaved("b_preempted_scratch/checkpoint_000001"))
     log.record("b_preempted_scratch", TrialCompleted())
     log.record("a_recovered", CheckpointSaved("a_recovered/checkpoint_000001"))

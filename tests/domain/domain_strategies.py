@@ -16,6 +16,8 @@ from statemachine.domain.events import (
     CheckpointSaved,
     CheckpointsDiscarded,
     Event,
+    NodeAvoidanceDropped,
+    NodesAvoided,
     PolicySet,
     RestoreSucceeded,
     TrialAdded,
@@ -35,6 +37,7 @@ from statemachine.domain.failures import (
     TrialError,
 )
 from statemachine.domain.machine import MACHINE
+from statemachine.domain.nodes import NodeRef
 from statemachine.domain.policy import ExhaustionAction, RetryPolicy
 from statemachine.domain.status import Status
 
@@ -80,6 +83,15 @@ def failures(draw: st.DrawFn) -> TrialError:
     return kind(cause, message, traceback)
 
 
+#: A few node ids (so folds exclude the same node twice) and sometimes nothing known.
+node_ids = st.sampled_from(["a" * 56, "b" * 56, "c" * 56])
+nodes = st.none() | st.builds(
+    NodeRef,
+    node_id=st.none() | node_ids,
+    node_ip=st.none() | st.sampled_from(["10.0.0.7", "10.0.0.8"]),
+    hostname=st.none() | text,
+)
+
 policies = st.builds(
     RetryPolicy,
     max_failures=st.integers(-1, 4),
@@ -89,6 +101,8 @@ policies = st.builds(
     on_restore_exhausted=st.sampled_from(list(ExhaustionAction)),
     delete_discarded_checkpoints=st.booleans(),
     fatal_exception_types=st.lists(st.sampled_from(FATAL_NAMES), unique=True).map(tuple),
+    avoid_failed_nodes=st.booleans(),
+    avoid_nodes_wait_s=st.integers(0, 120),
 )
 
 json_values = st.recursive(
@@ -102,14 +116,14 @@ json_values = st.recursive(
 #: One strategy per registered event type; ``test_every_type_has_a_strategy`` checks coverage.
 EVENT_STRATEGIES: dict[type[Event], st.SearchStrategy[Event]] = {
     TrialAdded: st.builds(TrialAdded, config=st.dictionaries(text, json_values, max_size=4)),
-    TrialStarted: st.builds(TrialStarted, restore_from=st.none() | names),
+    TrialStarted: st.builds(TrialStarted, restore_from=st.none() | names, node=nodes),
     RestoreSucceeded: st.just(RestoreSucceeded()),
     CheckpointSaved: st.builds(CheckpointSaved, checkpoint=names),
     TrialPaused: st.just(TrialPaused()),
     TrialResumed: st.just(TrialResumed()),
     TrialCompleted: st.just(TrialCompleted()),
     TrialStopped: st.builds(TrialStopped, reason=text),
-    TrialFailed: st.builds(TrialFailed, error=failures()),
+    TrialFailed: st.builds(TrialFailed, error=failures(), node=nodes),
     CheckpointsDiscarded: st.builds(
         CheckpointsDiscarded,
         checkpoints=st.lists(names, max_size=3).map(tuple),
@@ -118,6 +132,13 @@ EVENT_STRATEGIES: dict[type[Event], st.SearchStrategy[Event]] = {
     ),
     PolicySet: st.builds(PolicySet, policy=policies),
     TrialReset: st.builds(TrialReset, from_scratch=st.booleans()),
+    NodesAvoided: st.builds(NodesAvoided, nodes=st.lists(node_ids, max_size=2).map(tuple)),
+    NodeAvoidanceDropped: st.builds(
+        NodeAvoidanceDropped,
+        nodes=st.lists(node_ids, max_size=2).map(tuple),
+        reason=st.sampled_from(["no_other_node", "timeout", "unsupported"]),
+        waited_ms=st.none() | st.integers(0, 10**6),
+    ),
 }
 
 any_event: st.SearchStrategy[Event] = st.one_of(*EVENT_STRATEGIES.values())

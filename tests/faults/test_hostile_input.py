@@ -457,12 +457,12 @@ def test_fuzz_stored_payload_text(text: str) -> None:
             assert counters is None or isinstance(counters, dict)
 
 
-COMMANDS = ["experiments", "trials", "show", "explain", "what-if", "verify", "export",
+COMMANDS = ["experiments", "trials", "show", "explain", "what-if", "verify", "export", "nodes",
             "timeline", "diagram", "tail", "import"]
 OPTIONS = ["--json", "--at", "--status", "--max-failures", "--restore-retry-num",
            "--on-restore-exhausted", "--count-preemption-as-failure",
-           "--no-count-preemption-as-failure", "--trial", "-n", "--interval", "-o", "--as",
-           "--help", "--version", "--"]
+           "--no-count-preemption-as-failure", "--avoid-failed-nodes", "--trial", "-n",
+           "--interval", "-o", "--as", "--help", "--version", "--"]
 VALUES = [EXP, "other_exp", "c_given_up", "a_recovered", "0", "-1", "3", "999999999999",
           "2026-11-29T12:00:00Z", "yesterday", "RUNNING", "ERROR", "retry_checkpoint",
           "out.dot", "out.svg", "out.html", "bad.pdf", "no/such/dir/x.svg", "missing.jsonl"]

@@ -94,6 +94,10 @@ RAY_INTERNALS = {
     "_restore_checkpoint_result", "_latest_checkpoint_result", "_checkpoint_results",
     "best_checkpoint_results", "invalidate_cache", "invalidate_json_state", "handle_error",
     "on_restore", "set_status", "should_recover",
+    # nodes and placement (avoid_failed_nodes)
+    "placement_group_factory", "ray_actor", "_actor_id", "actor_table", "_trial_to_actor",
+    "_actor_to_trial", "_staged_trials", "_actor_cache", "_resources_to_pending_trials",
+    "_actor_manager", "_schedule_trial_actor", "head_bundle_is_empty",
 }
 
 

@@ -8,6 +8,7 @@ from statemachine.cli.db import open_store
 from statemachine.cli.output import Output, json_option
 from statemachine.cli.reading import require_trial
 from statemachine.cli.schema import event_row
+from statemachine.domain.nodes import NodeRef
 from statemachine.exceptions import EventDecodeError
 
 
@@ -34,14 +35,14 @@ def show(out: Output, experiment: str, trial_id: str, as_json: bool) -> int:
         return out.exit_code
     out.table(
         ["pos", "seq", "time (UTC)", "epoch", "event", "error", "status", "decision",
-         "failures", "restore (ep/total)", "preempt"],
+         "failures", "restore (ep/total)", "preempt", "node"],
         [
             [
                 r["position"], r["seq"], (r["recorded_at"] or "")[:23].replace("T", " "),
                 r["epoch"], r["event"],
                 f"{r['error_type']}: {r['error_cause']}" if r["error_type"] else "",
                 f"{r['status_before']} -> {r['status_after']}", r["decision"],
-                *_counters(r["counters"]),
+                *_counters(r["counters"]), _node(r["node"]),
             ]
             for r in rows
         ],
@@ -49,6 +50,17 @@ def show(out: Output, experiment: str, trial_id: str, as_json: bool) -> int:
         status_column=None,
     )
     return out.exit_code
+
+
+def _node(node: dict[str, str | None] | None) -> str:
+    """A node as the table shows it: its IP (else hostname) and the start of its id."""
+    if not node:
+        return ""
+    try:
+        ref = NodeRef.from_dict(node)
+    except EventDecodeError:
+        return ""
+    return ref.describe().removeprefix("node ") if ref.known else ""
 
 
 def _counters(counters: dict[str, int] | None) -> list[str]:

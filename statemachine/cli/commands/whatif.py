@@ -26,6 +26,9 @@ from statemachine.domain.policy import ExhaustionAction, RetryPolicy
               help="Hypothetical action once the restore retries are spent.")
 @click.option("--count-preemption-as-failure/--no-count-preemption-as-failure", default=None,
               help="Hypothetically count preemptions as failures (or not).")
+@click.option("--avoid-failed-nodes/--no-avoid-failed-nodes", default=None,
+              help="Hypothetically place restore retries away from the nodes where the "
+                   "restore already failed (or not).")
 @click.option("--trial", "trial_ids", multiple=True, metavar="TRIAL",
               help="Only these trials (repeatable).")
 @json_option
@@ -37,6 +40,7 @@ def what_if(
     restore_retry_num: int | None,
     on_restore_exhausted: str | None,
     count_preemption_as_failure: bool | None,
+    avoid_failed_nodes: bool | None,
     trial_ids: tuple[str, ...],
     as_json: bool,
 ) -> int:
@@ -50,13 +54,15 @@ def what_if(
             ("restore_retry_num", restore_retry_num),
             ("on_restore_exhausted", on_restore_exhausted),
             ("count_preemption_as_failure", count_preemption_as_failure),
+            ("avoid_failed_nodes", avoid_failed_nodes),
         )
         if value is not None
     }
     if not changes:
         raise BadInput(
             "what-if needs at least one policy change: --max-failures, --restore-retry-num, "
-            "--on-restore-exhausted or --[no-]count-preemption-as-failure"
+            "--on-restore-exhausted, --[no-]count-preemption-as-failure or "
+            "--[no-]avoid-failed-nodes"
         )
     RetryPolicy().replace(**changes)  # validate now: one clear line naming the field
     with open_store(out.db) as store:
