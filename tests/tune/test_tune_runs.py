@@ -270,32 +270,15 @@ def test_pause_and_resume_are_recorded(ray_cluster: None, tmp_path: Path, ctl: P
     assert callback.events_rejected == 0
 
 
-def postgres_url() -> str:
-    """The test PostgreSQL URL, or skip (fail under CI) when no server answers."""
-    import os
-
-    url = os.environ.get("STATEMACHINE_TEST_PG_URL",
-                         "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-    try:
-        import psycopg
-
-        psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), connect_timeout=3).close()
-    except Exception as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"PostgreSQL at {url} is unreachable under CI: {exc}")
-        pytest.skip(f"no PostgreSQL server reachable at {url}: {exc}")
-    return url
-
-
 @pytest.mark.postgres
 def test_store_url_from_the_environment_postgres(
-    ray_cluster: None, tmp_path: Path, ctl: Path, monkeypatch: pytest.MonkeyPatch
+    ray_cluster: None, tmp_path: Path, ctl: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str
 ) -> None:
     import uuid
 
     from statemachine.tune import EventLogCallback
 
-    url = postgres_url()
+    url = pg_url  # a schema of its own: the shared database's public schema is never used
     monkeypatch.setenv("STATEMACHINE_DB_URL", url)
     monkeypatch.setenv("TUNE_RESTORE_RETRY_NUM", "1")
     (ctl / "fail-restores").write_text("1")
@@ -312,19 +295,24 @@ def test_store_url_from_the_environment_postgres(
 
 @pytest.mark.postgres
 def test_a_store_failure_mid_run_is_retried(
-    ray_cluster: None, tmp_path: Path, ctl: Path
+    ray_cluster: None, tmp_path: Path, ctl: Path, pg_url: str
 ) -> None:
     import uuid
 
     import psycopg
     from ray import tune
+    from sqlalchemy.engine import make_url
 
     from statemachine.tune import CheckpointConfig, EventLogCallback, RunConfig
 
-    url = postgres_url()
+    # The store's connections carry an application name of their own, so only they are
+    # dropped (other work may share the server).
+    app = f"sm-drop-{uuid.uuid4().hex[:8]}"
+    url = make_url(pg_url).update_query_dict({"application_name": app}).render_as_string(
+        hide_password=False)
 
     class DropStoreConnections(tune.Callback):
-        """At the first checkpoint, kill every server connection of the test database."""
+        """At the first checkpoint, kill every server connection of the store."""
 
         dropped = 0
 
@@ -332,11 +320,12 @@ def test_a_store_failure_mid_run_is_retried(
                           **info: Any) -> None:
             if self.dropped:
                 return
-            plain = url.replace("postgresql+psycopg", "postgresql")
+            plain = make_url(pg_url).set(drivername="postgresql").render_as_string(
+                hide_password=False)
             with psycopg.connect(plain, autocommit=True) as conn:
                 (self.dropped,) = conn.execute(
                     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    "WHERE application_name = %s AND pid <> pg_backend_pid()", (app,)
                 ).fetchone()
 
     dropper, callback = DropStoreConnections(), EventLogCallback(url=url)
