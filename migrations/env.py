@@ -15,7 +15,8 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from statemachine.log.engine import WRITER, make_engine, to_url
+from statemachine.log.dialect import WRITER, backend_of
+from statemachine.log.engine import make_engine, to_url
 from statemachine.log.schema import metadata
 
 URL_ENV = "STATEMACHINE_DB_URL"
@@ -40,7 +41,7 @@ def _configure(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
-        render_as_batch=connection.dialect.name == "sqlite",
+        render_as_batch=backend_of(connection).batch_migrations,
         compare_type=True,
     )
 

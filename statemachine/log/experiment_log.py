@@ -27,8 +27,8 @@ from statemachine.domain.events import Event, PolicySet
 from statemachine.domain.machine import TransitionRecord
 from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.state import TrialState
-from statemachine.exceptions import ConcurrencyError, StoreError
-from statemachine.log.engine import DEFAULT_BUSY_TIMEOUT_MS
+from statemachine.exceptions import ConcurrencyError, ConfigurationError, StoreError
+from statemachine.log.dialect import DEFAULT_BUSY_TIMEOUT_MS
 from statemachine.log.records import AppendRequest, DriverSession
 from statemachine.log.replay import fold_stored, rehydrate
 from statemachine.log.store import EventStore
@@ -75,7 +75,7 @@ class ExperimentLog:
         read, so nothing the old driver could still write is missed.
         """
         if snapshot_every < 1:
-            raise StoreError(f"snapshot_every must be >= 1, got {snapshot_every}")
+            raise ConfigurationError(f"snapshot_every must be >= 1, got {snapshot_every}")
         owns = not isinstance(url_or_store, EventStore)
         store = (
             EventStore.open(
@@ -182,7 +182,9 @@ class ExperimentLog:
         items = list(items)
         ids = list(event_ids) if event_ids is not None else [None] * len(items)
         if len(ids) != len(items):
-            raise StoreError(f"{len(items)} events but {len(ids)} event ids")
+            raise ConfigurationError(
+                f"{len(items)} events but {len(ids)} event ids: give one id (or None) per event"
+            )
         pending: dict[str, TrialState] = {}
         requests: list[AppendRequest] = []
         results: list[TransitionRecord] = []

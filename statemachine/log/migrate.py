@@ -18,14 +18,15 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy import Connection, Engine, inspect
 
 from statemachine.exceptions import NotAnEventLogError, SchemaVersionError, StoreError
-from statemachine.log.engine import WRITER, describe, translated
+from statemachine.log.dialect import WRITER, backend_of
+from statemachine.log.engine import describe, translated
 from statemachine.log.schema import TABLE_NAMES
 
-#: Key of the PostgreSQL advisory lock that serialises concurrent upgrades.
-_PG_MIGRATION_LOCK = 0x5EED_1060
+#: Key of the lock that serialises concurrent upgrades (PostgreSQL: an advisory lock).
+_MIGRATION_LOCK = 0x5EED_1060
 
 
 def script_location() -> Path:
@@ -139,15 +140,7 @@ def upgrade(engine: Engine) -> str:
     with translated("migrating the event log", url), engine.connect() as conn:
         conn = conn.execution_options(**{WRITER: True})
         with conn.begin():
-            if conn.dialect.name == "postgresql":
-                # One lock per schema: openers of this schema wait, other schemas do not.
-                conn.execute(
-                    text(
-                        "SELECT pg_advisory_xact_lock(CAST(:key AS integer), "
-                        "hashtext(current_schema()))"
-                    ),
-                    {"key": _PG_MIGRATION_LOCK},
-                )
+            backend_of(conn).lock_migrations(conn, _MIGRATION_LOCK)
             revision = current_revision(conn)
             refuse_foreign(conn, revision, url)
             check_revision(revision, url, writable=True)

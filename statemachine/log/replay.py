@@ -217,11 +217,13 @@ def _replay_lean(
 def rehydrate(store: EventStore, experiment: str) -> dict[str, TrialState]:
     """Every trial's current state: its newest usable snapshot plus the events after it.
 
-    Always equal to a full replay (:func:`replay_experiment`); an event that does not fold
-    raises, since a live log must fold.
+    Always equal to a full replay (:func:`replay_experiment`): a snapshot that does not decode
+    is ignored (one warning) and its trial folded from all its events. An event that does not
+    fold raises, since a live log must fold.
     """
-    states = store.load_snapshots(experiment)
-    for item in store.read_tails(experiment):
+    loaded = store.load_snapshot_set(experiment)
+    states = loaded.states
+    for item in store.read_tails(experiment, refold=loaded.unusable):
         state = states.get(item.trial_id)
         if state is None:
             state = states[item.trial_id] = TrialState(item.trial_id)

@@ -10,8 +10,9 @@ import click
 from statemachine.cli.db import DEFAULT_LOG_FILENAME, BadInput, open_store
 from statemachine.cli.output import Output, json_option
 from statemachine.cli.reading import require_experiment
-from statemachine.cli.transfer import export_records, import_export, line, read_export, summary
 from statemachine.log import verify as verify_log
+from statemachine.log.records import dump_json
+from statemachine.log.transfer import export_records, read_export
 
 
 @click.command("export")
@@ -28,7 +29,7 @@ def export(out: Output, experiment: str, path: Path | None, as_json: bool) -> in
     with open_store(out.db) as store:
         require_experiment(store, experiment)
         records = list(export_records(store, experiment, out.warn))
-    lines = [line(r) for r in records]
+    lines = [dump_json(r) for r in records]
     text = "".join(f"{ln}\n" for ln in lines)
     if path is None:
         click.echo(text, nl=False)
@@ -60,9 +61,15 @@ def import_(out: Output, file: Path, name: str | None, as_json: bool) -> int:
     if "://" not in target and folder.is_dir():
         target = str(folder / DEFAULT_LOG_FILENAME)
     with open_store(target, create=True) as store:
-        imported = import_export(store, export_file, name)
+        imported = store.import_experiment(export_file, name=name)
         result = verify_log(store, imported)
-    data = {**summary(imported, export_file), "verified": result.ok}
+    data = {
+        "experiment": imported,
+        "sessions": len(export_file.sessions),
+        "events": len(export_file.events),
+        "trials": len({e["trial_id"] for e in export_file.events}),
+        "verified": result.ok,
+    }
     if as_json:
         out.json(data)
     else:
