@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from statemachine.cli.db import DEFAULT_LOG_FILENAME, BadInput, open_store
+from statemachine.cli.db import BadInput, open_store, resolve_write_target
 from statemachine.cli.output import Output, json_option
 from statemachine.cli.reading import require_experiment
 from statemachine.log import verify as verify_log
@@ -53,13 +53,7 @@ def import_(out: Output, file: Path, name: str | None, as_json: bool) -> int:
     """Import an export FILE into the --db store (created and migrated if needed: the one
     command that writes). Refuses an experiment name the store already has."""
     export_file = read_export(file)  # checked whole before anything is written
-    if not out.db:
-        raise BadInput("import needs a target store: pass --db URL|FILE or set "
-                       "STATEMACHINE_DB_URL")
-    target = out.db
-    folder = Path(target)
-    if "://" not in target and folder.is_dir():
-        target = str(folder / DEFAULT_LOG_FILENAME)
+    target = resolve_write_target(out.db, "import")
     with open_store(target, create=True) as store:
         imported = store.import_experiment(export_file, name=name)
         result = verify_log(store, imported)
