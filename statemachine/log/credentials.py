@@ -24,6 +24,7 @@ from sqlalchemy.exc import ArgumentError
 
 from statemachine.exceptions import CredentialsNotFoundError
 from statemachine.log_location import DB_URL_ENV as URL_ENV
+
 HIDDEN = "***"
 #: Query parameters of a storage URI whose values are secrets (case-insensitive substrings).
 _SECRET_QUERY = re.compile(r"secret|password|passwd|pwd|token|key|signature|sig|credential",

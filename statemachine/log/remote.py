@@ -19,6 +19,7 @@ from typing import Any
 from statemachine.exceptions import LogSyncError
 from statemachine.log.credentials import redact_uri
 from statemachine.log_location import DEFAULT_LOG_FILENAME as LOG_FILENAME
+
 #: URI schemes that name a storage filesystem rather than a database.
 STORAGE_SCHEMES = frozenset({"s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss", "az"})
 _CHUNK = 1 << 20
