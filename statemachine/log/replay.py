@@ -2,9 +2,11 @@
 
 Two folds, one state machine:
 - :func:`replay_trial` and :func:`verify` step through :func:`statemachine.domain.machine.apply`
-  (the ``transitions`` machine), the very function a live :class:`ExperimentLog` records with;
+  (the ``transitions`` machine, the definition), so ``verify`` checks every decision the live
+  path recorded against it;
 - :func:`replay_experiment` and :func:`rehydrate` fold in bulk through the table compiled from
-  that same machine (:mod:`statemachine.domain.compiled`, proven equal by a property test).
+  that same machine (:mod:`statemachine.domain.compiled`, proven equal by a property test),
+  the very path a live :class:`ExperimentLog` records with.
 
 ``policy=`` replays under another retry policy (a what-if). Such a replay may reach an event
 the log holds but the new policy makes impossible (the trial already ended in ``ERROR``); the

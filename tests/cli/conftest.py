@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 import shutil
 import sqlite3
-from contextlib import closing
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
