@@ -15,6 +15,10 @@ differently is decided here and nowhere else:
   SQLite's ``BEGIN IMMEDIATE`` does it; Alembic alters SQLite tables in batch mode;
 - the driver's words for "no such database" and "not a database".
 
+(The one difference in the tables themselves, SQLite autoincrementing only an ``INTEGER``
+primary key, is a type variant of ``events.position`` in ``schema.py``, frozen in the
+migration that creates it.)
+
 Any other database is refused with :class:`UnsupportedDatabaseError` before an engine is made.
 """
 
