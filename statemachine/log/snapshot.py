@@ -128,8 +128,8 @@ class _Fingerprint:
             self.text(f"{type(value).__qualname__}.{value.name}={value.value!r}")
         elif isinstance(value, (str, int, float, bool, bytes, type(None))):
             self.text(repr(value))
-        elif isinstance(value, (tuple, list, frozenset, set)):
-            items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
+        elif isinstance(value, (tuple, frozenset)):  # immutable: part of the code's meaning
+            items = sorted(value, key=repr) if isinstance(value, frozenset) else value
             self.text(f"{type(value).__name__}[{len(items)}]")
             for item in items:
                 self.value(item)
@@ -138,7 +138,9 @@ class _Fingerprint:
         elif callable(value) and hasattr(value, "__func__"):  # a bound method
             self.function(value.__func__)
         else:
-            # Data (a dict, a logger, the table itself): its type, never its address.
+            # Data (a dict, a list or set a module fills as a cache, a logger, the table
+            # itself): its type, never its contents (they change as the process runs) or
+            # its address.
             self.text(f"object {type(value).__module__}.{type(value).__qualname__}")
 
 

@@ -55,6 +55,16 @@ def test_the_fingerprint_is_the_same_for_the_same_machine() -> None:
     assert machine_version().endswith("+" + fingerprint())
 
 
+def test_the_fingerprint_does_not_change_as_the_process_runs(sqlite_url: str) -> None:
+    # Folding and decoding fill module-level caches (decoded policies, decoders): data, not
+    # code, so the fingerprint must not see them.
+    before = fingerprint()
+    _record_with_snapshots(sqlite_url)
+    with ExperimentLog.open(sqlite_url, "exp", RetryPolicy(max_failures=3)) as log:
+        assert log.states()
+    assert fingerprint() == before == machine_version().rsplit("+", 1)[1]
+
+
 def test_the_fingerprint_does_not_depend_on_the_hash_seed() -> None:
     code = "from statemachine.log.snapshot import machine_version; print(machine_version())"
     seen = {
