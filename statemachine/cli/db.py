@@ -28,6 +28,9 @@ __all__ = [
 ]
 
 
+_NOT_ON_STORAGE = "cannot write to an event log on storage; write to a local file (--db FILE)"
+
+
 class BadInput(click.ClickException):
     """A bad command-line value: one line on stderr, exit code 2."""
 
@@ -59,8 +62,12 @@ def resolve_db(db: str | None) -> str:
 def resolve_write_target(db: str | None, command: str) -> str:
     """The URL or SQLite path a writing command (``import``, ``db upgrade``) creates or
     migrates: ``--db`` as given, a folder's ``statemachine.db``."""
+    from statemachine.log.remote import is_storage_uri
+
     if not db:
         raise BadInput(f"{command} needs a target store: pass --db URL|FILE or set {DB_URL_ENV}")
+    if is_storage_uri(db):
+        raise BadInput(_NOT_ON_STORAGE)
     folder = Path(db).expanduser()
     if "://" not in db and folder.is_dir():
         return str(folder / DEFAULT_LOG_FILENAME)
@@ -78,9 +85,7 @@ def open_store(db: str | None, *, create: bool = False) -> Iterator[EventStore]:
 
     if db and is_storage_uri(db):
         if create:
-            raise BadInput(
-                "cannot write to an event log on storage; write to a local file (--db FILE)"
-            )
+            raise BadInput(_NOT_ON_STORAGE)
         with downloaded(db) as local, _opened(str(local), create=False) as store:
             yield store
         return

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -298,3 +299,23 @@ def test_db_upgrade_of_an_empty_database_file(invoke: Callable[..., Run], tmp_pa
     assert (current["revision"], current["state"]) == (None, "none")
     upgraded = _json(invoke("--db", empty, "db", "upgrade", "--json"))
     assert (upgraded["from_revision"], upgraded["revision"]) == (None, head_revision())
+
+
+def test_db_current_reads_a_log_on_storage_and_upgrade_refuses_it(
+    invoke: Callable[..., Run], fixture_db: Path, s3_env: Any
+) -> None:
+    import uuid
+
+    from statemachine.log.migrate import head_revision
+    from statemachine.log.remote import remote_file
+
+    bucket = f"db-{uuid.uuid4().hex[:8]}"
+    s3_env.make_bucket(bucket)
+    uri = f"s3://{bucket}/exps/fixture_exp"
+    remote_file(uri).upload(fixture_db)
+    current = _json(invoke("--db", uri, "db", "current", "--json"))
+    assert (current["database"], current["revision"], current["state"]) == (
+        uri, head_revision(), "head")
+    refused = invoke("--db", uri, "db", "upgrade")
+    assert refused.exit_code == 2
+    assert "cannot write to an event log on storage" in refused.stderr

@@ -24,13 +24,21 @@ _STATE_TEXT = {
 
 
 def _current(target: str) -> dict[str, Any]:
+    from statemachine.log.credentials import redact_uri
     from statemachine.log.engine import describe, to_url
     from statemachine.log.migrate import head_revision, revision_state
+    from statemachine.log.remote import downloaded, is_storage_uri
     from statemachine.log.store import schema_revision
 
-    revision = schema_revision(target)
+    if is_storage_uri(target):  # the copy a Tune experiment keeps on its storage
+        with downloaded(target) as local:
+            revision = schema_revision(local)
+        database = redact_uri(target)
+    else:
+        revision = schema_revision(target)
+        database = describe(to_url(target))
     return {
-        "database": describe(to_url(target)),
+        "database": database,
         "revision": revision,
         "head": head_revision(),
         "is_head": revision == head_revision(),
