@@ -193,6 +193,16 @@ def backend_for(url: str | URL) -> Backend:
     return found
 
 
+def database_file(url: str | URL) -> Path | None:
+    """The file behind a database URL: ``None`` for a server, memory, or an unsupported URL."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None
+    found = _BACKENDS.get(parsed.get_backend_name())
+    return found.database_file(parsed) if found is not None else None
+
+
 def backend_of(bind: Engine | Connection) -> Backend:
     """The backend of an engine or connection made for the event log."""
     return backend_for(bind.engine.url)

@@ -18,7 +18,12 @@ from sqlalchemy.engine import URL, Connection, CursorResult, make_url
 from sqlalchemy.exc import DataError, DBAPIError, SQLAlchemyError
 
 from statemachine.exceptions import ConfigurationError, StoreError, UnstorableValueError
-from statemachine.log.dialect import DEFAULT_BUSY_TIMEOUT_MS, SYNCHRONOUS_LEVELS, backend_for
+from statemachine.log.dialect import (
+    DEFAULT_BUSY_TIMEOUT_MS,
+    SYNCHRONOUS_LEVELS,
+    backend_for,
+    database_file,
+)
 
 
 def to_url(url_or_path: str | Path) -> str:
@@ -40,6 +45,11 @@ def describe(url: str | URL) -> str:
     from statemachine.log.credentials import describe_url
 
     return describe_url(url if isinstance(url, str) else url.render_as_string(False))
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file behind a SQLite URL (``None`` for other databases or ``:memory:``)."""
+    return database_file(url)
 
 
 def make_engine(

@@ -20,7 +20,7 @@ from statemachine.exceptions import (
     UnsupportedDatabaseError,
 )
 from statemachine.log import EventStore, ExperimentLog
-from statemachine.log.dialect import SUPPORTED, backend_for
+from statemachine.log.dialect import SUPPORTED, backend_for, database_file
 from statemachine.log.engine import make_engine
 
 
@@ -56,6 +56,9 @@ def test_the_supported_backends_are_sqlite_and_postgresql() -> None:
     assert backend_for("sqlite:///x.db").database_file("sqlite:///x.db") == Path("x.db")
     assert backend_for("sqlite://").database_file("sqlite://") is None
     assert backend_for("postgresql+psycopg://h/db").database_file("postgresql://h/db") is None
+    # The file check of any URL (the Tune callback's network-filesystem warning) never raises.
+    assert database_file("sqlite:////tmp/x.db") == Path("/tmp/x.db")
+    assert database_file("mysql://u@h/db") is None and database_file("://x") is None
 
 
 def test_a_bad_sqlite_synchronous_level_is_a_configuration_error(tmp_path: Path) -> None:
