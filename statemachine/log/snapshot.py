@@ -31,11 +31,12 @@ from statemachine.log.records import dump_json, load_json
 
 _Table = Mapping[tuple[str, Status], tuple[Any, ...]]
 _OWN_PACKAGE = "statemachine."
-#: Class attributes that say nothing about behaviour (or hold caches and addresses).
+#: Class attributes that say nothing about behaviour, or that Python adds as a cache while
+#: the process runs (``__slotnames__``: copyreg's, at the first pickle or copy of an instance).
 _SKIPPED_ATTRIBUTES = frozenset(
     {"__doc__", "__module__", "__dict__", "__weakref__", "__annotations__",
      "__dataclass_fields__", "__dataclass_params__", "__static_attributes__",
-     "__firstlineno__", "__orig_bases__", "__parameters__"}
+     "__firstlineno__", "__orig_bases__", "__parameters__", "__slotnames__"}
 )  # fmt: skip
 
 

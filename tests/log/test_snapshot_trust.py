@@ -6,9 +6,11 @@ driver opens the log, folds that trial from its events, and says so once.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import os
+import pickle
 import subprocess
 import sys
 import types
@@ -23,7 +25,7 @@ from statemachine import CheckpointSaved, RetryPolicy, TrialAdded, TrialStarted
 from statemachine.domain import machine as machine_module
 from statemachine.domain.compiled import TABLE, compile_machine
 from statemachine.domain.machine import build_machine, restore_retry_left, transition_table
-from statemachine.domain.state import CHECKPOINT_HISTORY, TrialState
+from statemachine.domain.state import CHECKPOINT_HISTORY, Counters, TrialState
 from statemachine.domain.status import Status
 from statemachine.log import EventStore, ExperimentLog, replay_experiment, verify
 from statemachine.log.schema import snapshots
@@ -56,12 +58,15 @@ def test_the_fingerprint_is_the_same_for_the_same_machine() -> None:
 
 
 def test_the_fingerprint_does_not_change_as_the_process_runs(sqlite_url: str) -> None:
-    # Folding and decoding fill module-level caches (decoded policies, decoders): data, not
-    # code, so the fingerprint must not see them.
+    # Folding and decoding fill module-level caches (decoded policies, decoders), and the
+    # first pickle or copy of a slots class caches its __slotnames__ (Ray pickles policies
+    # and states): data Python adds while the process runs, not code.
     before = fingerprint()
     _record_with_snapshots(sqlite_url)
     with ExperimentLog.open(sqlite_url, "exp", RetryPolicy(max_failures=3)) as log:
         assert log.states()
+    for value in (RetryPolicy(max_failures=2), TrialState("t"), Counters(1, 2, 3, 4)):
+        assert pickle.loads(pickle.dumps(value)) == value == copy.copy(value)
     assert fingerprint() == before == machine_version().rsplit("+", 1)[1]
 
 
