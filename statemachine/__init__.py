@@ -49,8 +49,11 @@ from statemachine.domain.state import Counters, TrialState
 from statemachine.domain.status import Decision, Status
 from statemachine.exceptions import (
     ConcurrencyError,
+    ConfigurationError,
     CredentialsNotFoundError,
     EventDecodeError,
+    ExperimentExistsError,
+    ExportFormatError,
     FencedError,
     InvalidTransitionError,
     LogSyncError,
@@ -63,6 +66,7 @@ from statemachine.exceptions import (
     UnknownExperimentError,
     UnknownTrialError,
     UnstorableValueError,
+    UnsupportedDatabaseError,
 )
 
 if TYPE_CHECKING:
@@ -75,7 +79,7 @@ if TYPE_CHECKING:
         replay_trial,
         verify,
     )
-    from statemachine.tune import EventLogCallback
+    from statemachine.tune import EventLogCallback as EventLogCallback
 
 # Loaded on first use: the log pulls in SQLAlchemy and Alembic (~0.4 s), the callback Ray.
 _LAZY = {
@@ -96,8 +100,18 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'statemachine' has no attribute {name!r}")
     return getattr(importlib.import_module(module), name)
 
+
+def __dir__() -> list[str]:
+    """The module's names, the lazy ones included."""
+    return sorted({*globals(), *_LAZY})
+
+
 __version__ = "0.1.0"
 
+# Every public name but EventLogCallback: it needs the optional Ray extra, so it is reached as
+# statemachine.EventLogCallback (or statemachine.tune) and `from statemachine import *` works,
+# without importing Ray, whether Ray is installed or not. The log's lazy names are safe
+# (their dependencies are required ones); `import *` loads them.
 __all__ = [
     "COUNT_PREEMPTION_ENV",
     "EVENT_TYPES",
@@ -107,15 +121,17 @@ __all__ = [
     "CheckpointSaved",
     "CheckpointsDiscarded",
     "ConcurrencyError",
+    "ConfigurationError",
     "Counters",
     "CredentialsNotFoundError",
     "Decision",
     "Event",
     "EventDecodeError",
-    "EventLogCallback",
     "EventStore",
     "ExhaustionAction",
+    "ExperimentExistsError",
     "ExperimentLog",
+    "ExportFormatError",
     "FencedError",
     "InvalidTransitionError",
     "LogSyncError",
@@ -150,6 +166,7 @@ __all__ = [
     "UnknownExperimentError",
     "UnknownTrialError",
     "UnstorableValueError",
+    "UnsupportedDatabaseError",
     "VerifyResult",
     "__version__",
     "apply",

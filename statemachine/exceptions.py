@@ -8,6 +8,9 @@ this library.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class StateMachineError(Exception):
     """Base class of every error this library raises on purpose."""
@@ -32,6 +35,19 @@ class InvalidTransitionError(StateMachineError):
 
 class EventDecodeError(StateMachineError):
     """A stored event could not be decoded (unknown type or version, or a bad payload)."""
+
+
+class ConfigurationError(StateMachineError, ValueError):
+    """A bad argument or setting (a value out of range, an unsupported database URL).
+
+    Retrying cannot help: the message names the argument and the fix. Not a
+    :class:`StoreError`, so code that retries a store that is down (the Tune recorder) never
+    retries it.
+    """
+
+
+class UnsupportedDatabaseError(ConfigurationError):
+    """The URL names a database the event log does not support (only SQLite and PostgreSQL)."""
 
 
 # ---------------------------------------------------------------- the event log's errors
@@ -97,6 +113,11 @@ class ConcurrencyError(StoreError):
         self.actual_seq = actual_seq
 
 
+def close_matches(name: str, candidates: Iterable[str]) -> list[str]:
+    """Up to three of ``candidates`` closest to ``name``, best first (the ``suggestions``)."""
+    return difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.5)
+
+
 class UnknownExperimentError(StoreError, LookupError):
     """No experiment of that name is in the store; ``suggestions`` lists close names."""
 
@@ -105,6 +126,14 @@ class UnknownExperimentError(StoreError, LookupError):
         self.suggestions = suggestions
         hint = f"; did you mean {', '.join(map(repr, suggestions))}?" if suggestions else ""
         super().__init__(f"no experiment named {name!r} in this event log{hint}")
+
+
+class ExperimentExistsError(StoreError):
+    """An import into a store that already has an experiment of that name; nothing written."""
+
+
+class ExportFormatError(StateMachineError, ValueError):
+    """An export file that is not valid (the message names the file and line); nothing written."""
 
 
 class UnknownTrialError(StoreError, LookupError):

@@ -8,13 +8,14 @@ caught: anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 import click
 
-from statemachine.cli.db import DB_ENV
+from statemachine.cli.db import DB_URL_ENV
 from statemachine.cli.output import Output
 from statemachine.exceptions import StateMachineError
 
@@ -79,7 +80,7 @@ class ReplayGroup(click.Group):
 @click.group(PROG, cls=ReplayGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--db",
-    envvar=DB_ENV,
+    envvar=DB_URL_ENV,
     show_envvar=True,
     metavar="URL|FILE|FOLDER",
     help=(
@@ -95,37 +96,30 @@ def cli(ctx: click.Context, db: str | None) -> None:
     ctx.obj = Output(db=db)
 
 
-def _register() -> None:
-    from statemachine.cli import demo
-    from statemachine.cli.commands import (
-        diagram,
-        experiments,
-        explain,
-        nodes,
-        show,
-        tail,
-        timeline,
-        transfer,
-        trials,
-        verify,
-        whatif,
-    )
+#: Every command of ``trial-replay``, as ``module:attribute`` under ``statemachine.cli``: the
+#: one place a new command is registered (write it in its own module under ``commands/``).
+COMMANDS = (
+    "commands.experiments:experiments",
+    "commands.trials:trials",
+    "commands.show:show",
+    "commands.explain:explain",
+    "commands.nodes:nodes",
+    "commands.whatif:what_if",
+    "commands.timeline:timeline",
+    "commands.diagram:diagram",
+    "commands.tail:tail",
+    "commands.verify:verify",
+    "commands.transfer:export",
+    "commands.transfer:import_",
+    "commands.database:db",
+    "demo:demo",
+)
 
-    for command in (
-        experiments.experiments,
-        trials.trials,
-        show.show,
-        explain.explain,
-        nodes.nodes,
-        whatif.what_if,
-        timeline.timeline,
-        diagram.diagram,
-        tail.tail,
-        verify.verify,
-        transfer.export,
-        transfer.import_,
-        demo.demo,
-    ):
+
+def _register() -> None:
+    for entry in COMMANDS:
+        module, attribute = entry.split(":")
+        command = getattr(importlib.import_module(f"statemachine.cli.{module}"), attribute)
         cli.add_command(command)
 
 

@@ -13,11 +13,22 @@ from typing import TYPE_CHECKING
 
 import click
 
+from statemachine.log_location import DB_URL_ENV, DEFAULT_LOG_FILENAME
+
 if TYPE_CHECKING:
     from statemachine.log import EventStore
 
-#: Environment variable holding the default ``--db``.
-DB_ENV = "STATEMACHINE_DB_URL"
+__all__ = [
+    "DB_URL_ENV",
+    "DEFAULT_LOG_FILENAME",
+    "BadInput",
+    "open_store",
+    "resolve_db",
+    "resolve_write_target",
+]
+
+
+_NOT_ON_STORAGE = "cannot write to an event log on storage; write to a local file (--db FILE)"
 
 
 class BadInput(click.ClickException):
@@ -26,17 +37,11 @@ class BadInput(click.ClickException):
     exit_code = 2
 
 
-#: The event log's file name inside an experiment folder. The Tune integration decides it
-#: (``statemachine.tune.store_url.DEFAULT_FILENAME``; a test keeps both equal); it is restated
-#: here so that reading a log never imports Ray.
-DEFAULT_LOG_FILENAME = "statemachine.db"
-
-
 def resolve_db(db: str | None) -> str:
     """The URL or SQLite path that ``--db`` names; raises :class:`BadInput` when it names none."""
     if not db:
         raise BadInput(
-            f"no event log given: pass --db URL|FILE|FOLDER or set {DB_ENV}"
+            f"no event log given: pass --db URL|FILE|FOLDER or set {DB_URL_ENV}"
         )
     if "://" in db:
         return db  # a database URL (a storage URI is handled by open_store)
@@ -54,6 +59,21 @@ def resolve_db(db: str | None) -> str:
     return str(path)
 
 
+def resolve_write_target(db: str | None, command: str) -> str:
+    """The URL or SQLite path a writing command (``import``, ``db upgrade``) creates or
+    migrates: ``--db`` as given, a folder's ``statemachine.db``."""
+    from statemachine.log.remote import is_storage_uri
+
+    if not db:
+        raise BadInput(f"{command} needs a target store: pass --db URL|FILE or set {DB_URL_ENV}")
+    if is_storage_uri(db):
+        raise BadInput(_NOT_ON_STORAGE)
+    folder = Path(db).expanduser()
+    if "://" not in db and folder.is_dir():
+        return str(folder / DEFAULT_LOG_FILENAME)
+    return db
+
+
 @contextmanager
 def open_store(db: str | None, *, create: bool = False) -> Iterator[EventStore]:
     """Open the store ``db`` names, read-only unless ``create``; closed on exit.
@@ -65,9 +85,7 @@ def open_store(db: str | None, *, create: bool = False) -> Iterator[EventStore]:
 
     if db and is_storage_uri(db):
         if create:
-            raise BadInput(
-                "cannot write to an event log on storage; write to a local file (--db FILE)"
-            )
+            raise BadInput(_NOT_ON_STORAGE)
         with downloaded(db) as local, _opened(str(local), create=False) as store:
             yield store
         return

@@ -24,7 +24,7 @@ from typing import Any
 import click
 
 from statemachine.cli.commands.explain import print_explanation
-from statemachine.cli.db import DEFAULT_LOG_FILENAME, BadInput, open_store
+from statemachine.cli.db import DB_URL_ENV, DEFAULT_LOG_FILENAME, BadInput, open_store
 from statemachine.cli.explain import explain_trial
 from statemachine.cli.output import Output, json_option
 from statemachine.cli.reading import decode_trial, fold_states, session_ends
@@ -45,7 +45,7 @@ class DemoError(click.ClickException):
 
 def _driver_env() -> dict[str, str]:
     package_root = str(Path(__file__).resolve().parents[2])
-    env = {k: v for k, v in os.environ.items() if k != "STATEMACHINE_DB_URL"}
+    env = {k: v for k, v in os.environ.items() if k != DB_URL_ENV}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     env.update({"TUNE_RESTORE_RETRY_NUM": str(RESTORE_RETRY_NUM),
                 "TUNE_GLOBAL_CHECKPOINT_S": "0", "RAY_DEDUP_LOGS": "0",

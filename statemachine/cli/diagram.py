@@ -12,18 +12,8 @@ from pathlib import Path
 import graphviz
 from transitions import Machine
 
+from statemachine.cli.palette import STATUS_COLOURS
 from statemachine.domain.machine import MACHINE
-
-#: Fill colours per status, shared with the timeline picture.
-STATUS_COLOURS: dict[str, str] = {
-    "NEW": "#d9d9d9",
-    "PENDING": "#f6c85f",
-    "RUNNING": "#6fbf73",
-    "PAUSED": "#8dd3c7",
-    "RESTORING": "#b07cc6",
-    "TERMINATED": "#5b8def",
-    "ERROR": "#e4572e",
-}
 
 #: Formats the ``diagram`` command writes.
 FORMATS = ("svg", "png", "dot")

@@ -18,19 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from statemachine.domain.status import Status
-
-#: Colours used for statuses everywhere (tables, timeline pictures).
-STATUS_STYLE: dict[str, str] = {
-    Status.NEW.value: "dim",
-    Status.PENDING.value: "yellow",
-    Status.RUNNING.value: "green",
-    Status.PAUSED.value: "cyan",
-    Status.RESTORING.value: "magenta",
-    Status.TERMINATED.value: "blue",
-    Status.ERROR.value: "bold red",
-}
-
+from statemachine.cli.palette import STATUS_STYLE
 
 #: Columns whose cells are never wrapped (ids, statuses and decisions are copied and searched).
 NO_WRAP = frozenset({"decision", "last decision", "event", "status", "ip", "node-id"})

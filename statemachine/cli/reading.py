@@ -3,7 +3,6 @@ corrupted-row warnings, driver-session ends, and ``--at`` parsing."""
 
 from __future__ import annotations
 
-import difflib
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -14,10 +13,7 @@ from statemachine.cli.db import BadInput
 from statemachine.domain.compiled import apply_compiled
 from statemachine.domain.events import Event
 from statemachine.domain.state import TrialState
-from statemachine.exceptions import (
-    UnknownExperimentError,
-    UnknownTrialError,
-)
+from statemachine.exceptions import UnknownExperimentError, UnknownTrialError, close_matches
 from statemachine.log.replay import fold_stored
 
 if TYPE_CHECKING:
@@ -26,16 +22,11 @@ if TYPE_CHECKING:
     from statemachine.log.records import SessionInfo, StoredEvent
 
 
-def nearest(name: str, candidates: Iterable[str]) -> list[str]:
-    """Up to three candidates closest to ``name`` (difflib), best first."""
-    return difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.5)
-
-
 def require_experiment(store: EventStore, name: str) -> None:
     """Raise :class:`UnknownExperimentError` (with the nearest names) unless ``name`` exists."""
     names = [info.name for info in store.list_experiments()]
     if name not in names:
-        raise UnknownExperimentError(name, nearest(name, names))
+        raise UnknownExperimentError(name, close_matches(name, names))
 
 
 def require_trial(store: EventStore, experiment: str, trial_id: str) -> None:
@@ -43,7 +34,7 @@ def require_trial(store: EventStore, experiment: str, trial_id: str) -> None:
     require_experiment(store, experiment)
     trials = store.list_trials(experiment)
     if trial_id not in trials:
-        raise UnknownTrialError(experiment, trial_id, nearest(trial_id, trials))
+        raise UnknownTrialError(experiment, trial_id, close_matches(trial_id, trials))
 
 
 @dataclass(frozen=True)

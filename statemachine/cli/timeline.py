@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from statemachine.cli.diagram import STATUS_COLOURS
+from statemachine.cli.palette import DECISION_COLOURS, NODE_COLOURS, STATUS_COLOURS
 from statemachine.domain.nodes import NodeRef
 
 #: Marker shape per typed failure kind (SVG path around (0, 0), radius about 6).
@@ -33,19 +33,7 @@ MARKER_SHAPES: dict[str, str] = {
 MPL_MARKERS: dict[str, str] = {
     "RestoreError": "D", "TrainingError": "o", "ActorError": "^", "AbortError": "X",
 }
-#: Marker colour per decision.
-DECISION_COLOURS: dict[str, str] = {
-    "RETRY_RESTORE": "#ffffff",
-    "RECOVER": "#222222",
-    "RECOVER_PREEMPTED": "#1f77b4",
-    "RESTART_FROM_SCRATCH": "#ff7f0e",
-    "PREVIOUS_CHECKPOINT": "#9467bd",
-    "GIVE_UP": "#b00020",
-}
 
-#: Node band colours, in order of the nodes' first appearance (then cycled).
-NODE_COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948",
-                "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
 #: Statuses in which a trial's actor lives on the node it started on.
 _ON_A_NODE = frozenset({"RUNNING", "RESTORING"})
 

@@ -61,34 +61,44 @@ def compile_machine(machine: Machine = MACHINE) -> dict[tuple[str, Status], tupl
 TABLE = compile_machine()
 
 
+def _fire(branches: tuple[_Branch, ...], ed: _EventData, state: TrialState) -> bool:
+    """Fire the first branch whose guards all hold (effects, destination, seq + 1).
+
+    The one guard loop of both folds; ``False`` (and ``state`` untouched) when none holds.
+    """
+    for conditions, effects, dest in branches:
+        for func, target in conditions:
+            if bool(func(ed)) is not target:
+                break
+        else:
+            for effect in effects:
+                effect(ed)
+            if dest is not None:
+                state.status = dest
+            state.seq += 1
+            return True
+    return False
+
+
 def apply_compiled(
     state: TrialState, event: Event, policy: RetryPolicy | None = None
 ) -> TransitionRecord:
     """Exactly :func:`statemachine.domain.machine.apply`, through the compiled table."""
     before = state.status
     branches = TABLE.get((event.trigger, before))
-    if branches is not None:
-        ed = _EventData(state, {"event": event, "policy": policy or state.policy})
-        for conditions, effects, dest in branches:
-            for func, target in conditions:
-                if bool(func(ed)) is not target:
-                    break
-            else:
-                for effect in effects:
-                    effect(ed)
-                if dest is not None:
-                    state.status = dest
-                state.seq += 1
-                failed = isinstance(event, TrialFailed)
-                return TransitionRecord(
-                    state.trial_id,
-                    event.type_name,
-                    before,
-                    state.status,
-                    state.last_decision if failed else None,
-                    state.counters,
-                    event.error if failed else None,  # type: ignore[attr-defined]
-                )
+    if branches is not None and _fire(
+        branches, _EventData(state, {"event": event, "policy": policy or state.policy}), state
+    ):
+        failed = isinstance(event, TrialFailed)
+        return TransitionRecord(
+            state.trial_id,
+            event.type_name,
+            before,
+            state.status,
+            state.last_decision if failed else None,
+            state.counters,
+            event.error if failed else None,  # type: ignore[attr-defined]
+        )
     raise InvalidTransitionError(state.trial_id, before.value, event.type_name)
 
 
@@ -107,25 +117,12 @@ def fold_compiled(
     """
     current = state.copy() if state is not None else TrialState(trial_id)
     table = TABLE
+    fire = _fire
     ed = _EventData(current, {})
     for event in events:
         branches = table.get((event.trigger, current.status))
-        if branches is not None:
-            # The policy is looked up per event: a PolicySet changes it mid-fold.
-            ed.kwargs = {"event": event, "policy": policy or current.policy}
-            for conditions, effects, dest in branches:
-                for func, target in conditions:
-                    if bool(func(ed)) is not target:
-                        break
-                else:
-                    for effect in effects:
-                        effect(ed)
-                    if dest is not None:
-                        current.status = dest
-                    current.seq += 1
-                    break
-            else:
-                branches = None
-        if branches is None:
+        # The policy is looked up per event: a PolicySet changes it mid-fold.
+        ed.kwargs = {"event": event, "policy": policy or current.policy}
+        if branches is None or not fire(branches, ed, current):
             raise InvalidTransitionError(current.trial_id, current.status.value, event.type_name)
     return current

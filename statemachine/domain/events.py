@@ -304,6 +304,19 @@ class PolicySet(Event):
     policy: RetryPolicy = field(default_factory=RetryPolicy)
 
 
+def with_policy(event: Event, in_force: RetryPolicy, session: RetryPolicy) -> list[Event]:
+    """The events that record ``event`` for a trial whose policy in force is ``in_force``.
+
+    The one rule that keeps a trial's stream self-contained: when a driver session's policy
+    (``session``) is not the one in force for the trial (set by its last ``PolicySet``; the
+    default for a new trial), a ``PolicySet`` of the session's policy goes first. A
+    ``PolicySet`` itself goes alone.
+    """
+    if isinstance(event, PolicySet) or in_force == session:
+        return [event]
+    return [PolicySet(policy=session), event]
+
+
 @dataclass(frozen=True)
 class NodesAvoided(Event):
     """The trial's next attempt is placed on a node other than ``nodes`` (node ids).

@@ -22,7 +22,9 @@ from statemachine.log.replay import (
     replay_trial,
     verify,
 )
+from statemachine.log.snapshot_sql import SnapshotLoad
 from statemachine.log.store import EventStore
+from statemachine.log.transfer import ExportFile, export_records, read_export
 
 __all__ = [
     "AppendRequest",
@@ -31,12 +33,16 @@ __all__ = [
     "EventStore",
     "ExperimentInfo",
     "ExperimentLog",
+    "ExportFile",
     "ReplayStep",
     "SeqGap",
     "SessionInfo",
+    "SnapshotLoad",
     "StoredEvent",
     "TrialReplay",
     "VerifyResult",
+    "export_records",
+    "read_export",
     "rehydrate",
     "replay_experiment",
     "replay_trial",

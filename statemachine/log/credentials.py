@@ -23,8 +23,8 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from statemachine.exceptions import CredentialsNotFoundError
+from statemachine.log_location import DB_URL_ENV
 
-URL_ENV = "STATEMACHINE_DB_URL"
 HIDDEN = "***"
 #: Query parameters of a storage URI whose values are secrets (case-insensitive substrings).
 _SECRET_QUERY = re.compile(r"secret|password|passwd|pwd|token|key|signature|sig|credential",
@@ -135,18 +135,18 @@ def with_password(url: str, *, env: Mapping[str, str] | None = None) -> str:
     if parsed is None or parsed.password is not None:
         return url
     looked: list[str] = []
-    from_env = (env.get(URL_ENV) or "").strip()
+    from_env = (env.get(DB_URL_ENV) or "").strip()
     candidate = _parse(from_env) if from_env else None
     if candidate is not None and candidate.password is not None and _same_database(
         parsed, candidate
     ):
         return parsed.set(password=candidate.password).render_as_string(hide_password=False)
     if not from_env:
-        looked.append(f"{URL_ENV} (not set)")
+        looked.append(f"{DB_URL_ENV} (not set)")
     elif candidate is None or not _same_database(parsed, candidate):
-        looked.append(f"{URL_ENV} (names another database or user)")
+        looked.append(f"{DB_URL_ENV} (names another database or user)")
     else:
-        looked.append(f"{URL_ENV} (has no password)")
+        looked.append(f"{DB_URL_ENV} (has no password)")
     if parsed.get_backend_name() == "postgresql":
         if env.get("PGPASSWORD"):
             return url
@@ -157,7 +157,7 @@ def with_password(url: str, *, env: Mapping[str, str] | None = None) -> str:
         looked.append(where)
     raise CredentialsNotFoundError(
         f"the event log URL {describe_url(url)} needs its password, which is never saved with "
-        f"the experiment; none found in: {', '.join(looked)}. Set {URL_ENV} to the full URL "
+        f"the experiment; none found in: {', '.join(looked)}. Set {DB_URL_ENV} to the full URL "
         "(or PGPASSWORD, or a ~/.pgpass line) before Tuner.restore"
     )
 

@@ -1,10 +1,9 @@
-"""Engines for the event log: URL handling, SQLite settings that keep data, error translation.
+"""Engines for the event log: URL handling, connection settings, error translation.
 
-SQLite connections run in WAL mode with ``synchronous=FULL`` (configurable), a busy timeout
-and foreign keys on. The driver's own implicit transactions are switched off so that this
-module decides how a transaction begins: ``BEGIN IMMEDIATE`` on the store's writer connection
-(the write lock is taken before anything is read, so a check and the write it guards see the
-same database), plain ``BEGIN`` on reader connections (a consistent snapshot, no lock).
+Each database's own settings (SQLite: WAL, ``synchronous``, busy timeout, foreign keys, and
+``BEGIN IMMEDIATE`` on the store's writer connection; PostgreSQL: pre-ping) are installed by
+its :class:`~statemachine.log.dialect.Backend`; a database of any other kind is refused
+before an engine is made.
 """
 
 from __future__ import annotations
@@ -14,16 +13,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Dialect, Engine, Executable, create_engine, event
+from sqlalchemy import Dialect, Engine, Executable, create_engine
 from sqlalchemy.engine import URL, Connection, CursorResult, make_url
 from sqlalchemy.exc import DataError, DBAPIError, SQLAlchemyError
 
-from statemachine.exceptions import StoreError, UnstorableValueError
-
-SYNCHRONOUS_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
-DEFAULT_BUSY_TIMEOUT_MS = 10_000
-#: Execution option marking a writer connection (SQLite: its transactions ``BEGIN IMMEDIATE``).
-WRITER = "statemachine_writer"
+from statemachine.exceptions import ConfigurationError, StoreError, UnstorableValueError
+from statemachine.log.dialect import (
+    DEFAULT_BUSY_TIMEOUT_MS,
+    SYNCHRONOUS_LEVELS,
+    backend_for,
+    database_file,
+)
 
 
 def to_url(url_or_path: str | Path) -> str:
@@ -49,10 +49,7 @@ def describe(url: str | URL) -> str:
 
 def sqlite_path(url: str) -> Path | None:
     """The file behind a SQLite URL (``None`` for other databases or ``:memory:``)."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
-        return None
-    return Path(parsed.database)
+    return database_file(url)
 
 
 def make_engine(
@@ -62,41 +59,29 @@ def make_engine(
     sqlite_synchronous: str = "FULL",
     busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
 ) -> Engine:
-    """An engine for ``url`` with the event log's connection settings."""
+    """An engine for ``url`` with the event log's connection settings.
+
+    Raises :class:`ConfigurationError` for a bad setting or URL
+    (:class:`~statemachine.exceptions.UnsupportedDatabaseError` for a database other than
+    SQLite and PostgreSQL), :class:`StoreError` when no engine can be made (a driver that is
+    not installed).
+    """
     level = str(sqlite_synchronous).upper()
     if level not in SYNCHRONOUS_LEVELS:
-        raise StoreError(
+        raise ConfigurationError(
             f"sqlite_synchronous must be one of {', '.join(SYNCHRONOUS_LEVELS)}, "
             f"got {sqlite_synchronous!r}"
         )
+    backend = backend_for(url)
     parsed = make_url(url)
     try:
-        engine = create_engine(parsed, pool_pre_ping=parsed.get_backend_name() != "sqlite")
+        engine = create_engine(parsed, pool_pre_ping=backend.pool_pre_ping)
     except (SQLAlchemyError, ImportError) as exc:
         raise StoreError(f"cannot use database URL {describe(parsed)}: {exc}") from exc
-    if engine.dialect.name == "sqlite":
-        _configure_sqlite(engine, writable=writable, synchronous=level, busy_ms=busy_timeout_ms)
+    backend.configure_engine(
+        engine, writable=writable, synchronous=level, busy_timeout_ms=busy_timeout_ms
+    )
     return engine
-
-
-def _configure_sqlite(engine: Engine, *, writable: bool, synchronous: str, busy_ms: int) -> None:
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves, below
-        cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
-        if writable:
-            cursor.execute("PRAGMA journal_mode = WAL")
-        cursor.execute(f"PRAGMA synchronous = {synchronous}")
-        cursor.execute("PRAGMA foreign_keys = ON")
-        cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        immediate = conn.get_execution_options().get(WRITER)
-        # Straight to the driver: this runs before every write, SQLAlchemy's execution path
-        # would add a quarter of a durable commit's cost for a statement with no result.
-        conn.connection.driver_connection.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
 def translate(exc: SQLAlchemyError | UnicodeError, what: str, url: str) -> StoreError:
@@ -163,7 +148,7 @@ class Prepared:
 
     def execute(self, conn: Connection, values: dict[str, Any]) -> CursorResult[Any]:
         """Run the statement once with ``values`` on ``conn``."""
-        return conn.exec_driver_sql(self.sql, self.params(values))  # type: ignore[arg-type]
+        return conn.exec_driver_sql(self.sql, self.params(values))
 
     def execute_many(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
         """Run the statement for every row (the driver's ``executemany``) on ``conn``.

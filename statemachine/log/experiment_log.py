@@ -16,20 +16,19 @@ are written every ``snapshot_every`` events of a trial and for every trial at a 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 
 from statemachine.domain.compiled import apply_compiled
-from statemachine.domain.events import Event, PolicySet
+from statemachine.domain.events import Event, with_policy
 from statemachine.domain.machine import TransitionRecord
 from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.state import TrialState
-from statemachine.exceptions import ConcurrencyError, StoreError
-from statemachine.log.engine import DEFAULT_BUSY_TIMEOUT_MS
-from statemachine.log.records import AppendRequest, DriverSession
+from statemachine.exceptions import ConcurrencyError, ConfigurationError, StoreError
+from statemachine.log.dialect import DEFAULT_BUSY_TIMEOUT_MS
+from statemachine.log.records import AppendRequest, DriverSession, new_event_id
 from statemachine.log.replay import fold_stored, rehydrate
 from statemachine.log.store import EventStore
 
@@ -75,7 +74,7 @@ class ExperimentLog:
         read, so nothing the old driver could still write is missed.
         """
         if snapshot_every < 1:
-            raise StoreError(f"snapshot_every must be >= 1, got {snapshot_every}")
+            raise ConfigurationError(f"snapshot_every must be >= 1, got {snapshot_every}")
         owns = not isinstance(url_or_store, EventStore)
         store = (
             EventStore.open(
@@ -136,18 +135,14 @@ class ExperimentLog:
         if work is None:
             current = self._states.get(trial_id)
             work = current.copy() if current is not None else TrialState(trial_id)
-        event_id = event_id or os.urandom(16).hex()
+        event_id = event_id or new_event_id()
         requests: list[AppendRequest] = []
-        if not isinstance(event, PolicySet) and work.policy != self.policy:
-            policy_set = PolicySet(policy=self.policy)
+        for e in with_policy(event, work.policy, self.policy):
+            # The PolicySet written for an event gets that event's id + "/p": a retry of the
+            # event retries both, idempotently.
+            e_id = event_id if e is event else event_id + "/p"
             seq = work.seq
-            requests.append(
-                AppendRequest(
-                    trial_id, policy_set, seq, apply_compiled(work, policy_set), event_id + "/p"
-                )
-            )
-        seq = work.seq
-        requests.append(AppendRequest(trial_id, event, seq, apply_compiled(work, event), event_id))
+            requests.append(AppendRequest(trial_id, e, seq, apply_compiled(work, e), e_id))
         return work, requests
 
     def record(
@@ -182,7 +177,9 @@ class ExperimentLog:
         items = list(items)
         ids = list(event_ids) if event_ids is not None else [None] * len(items)
         if len(ids) != len(items):
-            raise StoreError(f"{len(items)} events but {len(ids)} event ids")
+            raise ConfigurationError(
+                f"{len(items)} events but {len(ids)} event ids: give one id (or None) per event"
+            )
         pending: dict[str, TrialState] = {}
         requests: list[AppendRequest] = []
         results: list[TransitionRecord] = []

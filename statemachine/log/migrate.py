@@ -1,48 +1,46 @@
 """Schema versions of the event log, by Alembic: find the scripts, read, check, upgrade.
 
-The scripts live in the repository's top-level ``migrations/`` directory (what ``alembic.ini``
-points to). ``statemachine/log/migrations`` is a symbolic link to it, so the package finder
-ships the scripts inside the wheel as ``statemachine.log.migrations`` with nothing to list in
-setup.cfg, and an installed statemachine migrates the databases it opens exactly as
-``alembic upgrade head`` does from a checkout. Only :func:`upgrade` writes; the other
-functions only read.
+The Alembic environment and scripts live in the package, ``statemachine/log/migrations/``
+(real files, the one source of truth: the wheel ships them, ``script.py.mako`` as package
+data, and the top-level ``alembic.ini`` of a checkout points there). An installed
+statemachine therefore migrates the databases it opens exactly as ``alembic upgrade head``
+does from a checkout, and ``trial-replay --db URL db upgrade`` does the same by hand. Only
+:func:`upgrade` writes; the other functions only read.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy import Connection, Engine, inspect
 
 from statemachine.exceptions import NotAnEventLogError, SchemaVersionError, StoreError
-from statemachine.log.engine import WRITER, describe, translated
+from statemachine.log.dialect import WRITER, backend_of
+from statemachine.log.engine import describe, translated
 from statemachine.log.schema import TABLE_NAMES
 
-#: Key of the PostgreSQL advisory lock that serialises concurrent upgrades.
-_PG_MIGRATION_LOCK = 0x5EED_1060
+#: Key of the lock that serialises concurrent upgrades (PostgreSQL: an advisory lock).
+_MIGRATION_LOCK = 0x5EED_1060
+
+
+#: The command that creates or migrates an event log without a checkout.
+UPGRADE_COMMAND = "trial-replay --db URL db upgrade"
 
 
 def script_location() -> Path:
-    """The directory holding ``env.py`` and ``versions/`` (installed package or checkout)."""
-    try:
-        spec = importlib.util.find_spec("statemachine.log.migrations")
-    except ModuleNotFoundError:
-        spec = None
-    if spec is not None and spec.submodule_search_locations:
-        return Path(next(iter(spec.submodule_search_locations)))
-    checkout = Path(__file__).resolve().parents[2] / "migrations"
-    if (checkout / "env.py").is_file():
-        return checkout
-    raise StoreError(
-        "the event log's migration scripts are missing from this installation of "
-        "statemachine; reinstall it (pip install --force-reinstall statemachine)"
-    )
+    """The directory holding ``env.py``, ``script.py.mako`` and ``versions/``."""
+    location = Path(__file__).resolve().parent / "migrations"
+    if not (location / "env.py").is_file():
+        raise StoreError(
+            "the event log's migration scripts are missing from this installation of "
+            "statemachine; reinstall it (pip install --force-reinstall statemachine)"
+        )
+    return location
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -122,11 +120,24 @@ def check_revision(revision: str | None, url: str, *, writable: bool) -> None:
     if not writable:
         raise SchemaVersionError(
             f"the event log at {where} has schema revision {revision!r}, older than this "
-            f"statemachine's {head!r}; open it once for writing (EventStore.open(url)) or run "
-            f"`alembic -x url={where} upgrade head`, then read it",
+            f"statemachine's {head!r}; upgrade it with `{UPGRADE_COMMAND.replace('URL', where)}` "
+            "(or open it once for writing, EventStore.open(url)), then read it",
             revision,
             head,
         )
+
+
+def revision_state(revision: str | None) -> str:
+    """Where a database's revision stands against this code's head.
+
+    ``"head"`` (up to date), ``"older"`` (``db upgrade`` applies the rest), ``"newer"`` (made
+    by a newer statemachine: upgrade statemachine) or ``"none"`` (never migrated).
+    """
+    if revision is None:
+        return "none"
+    if revision == head_revision():
+        return "head"
+    return "older" if revision in known_revisions() else "newer"
 
 
 def upgrade(engine: Engine) -> str:
@@ -139,15 +150,7 @@ def upgrade(engine: Engine) -> str:
     with translated("migrating the event log", url), engine.connect() as conn:
         conn = conn.execution_options(**{WRITER: True})
         with conn.begin():
-            if conn.dialect.name == "postgresql":
-                # One lock per schema: openers of this schema wait, other schemas do not.
-                conn.execute(
-                    text(
-                        "SELECT pg_advisory_xact_lock(CAST(:key AS integer), "
-                        "hashtext(current_schema()))"
-                    ),
-                    {"key": _PG_MIGRATION_LOCK},
-                )
+            backend_of(conn).lock_migrations(conn, _MIGRATION_LOCK)
             revision = current_revision(conn)
             refuse_foreign(conn, revision, url)
             check_revision(revision, url, writable=True)
@@ -155,7 +158,8 @@ def upgrade(engine: Engine) -> str:
                 raise NotAnEventLogError(
                     f"{describe(url)} holds event log tables but no schema version; it was not "
                     "made by statemachine's migrations. Use a new database, or stamp it with "
-                    "`alembic -x url=... stamp <revision>` if you know its revision"
+                    "`alembic -x url=... stamp <revision>` (from a checkout) if you know its "
+                    "revision"
                 )
             if revision != head_revision():
                 command.upgrade(alembic_config(conn), "head")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -80,6 +81,16 @@ def load_json(text: str | None, what: str) -> Any:
         return json.loads(text)
     except (TypeError, ValueError) as exc:
         raise EventDecodeError(f"{what} is not valid JSON ({exc}): {str(text)[:80]!r}") from None
+
+
+def new_event_id() -> str:
+    """A new event id: 128 random bits in hex (32 characters), as unique as a uuid4.
+
+    The one place event ids are made (the store's default, the live log's records, the Tune
+    recorder's queue). Ids derived from one (a ``PolicySet`` written for an event gets
+    ``<id>/p``) stay within the column's 64 characters.
+    """
+    return os.urandom(16).hex()
 
 
 def utc(value: datetime) -> datetime:

@@ -18,9 +18,8 @@ from typing import Any
 
 from statemachine.exceptions import LogSyncError
 from statemachine.log.credentials import redact_uri
+from statemachine.log_location import DEFAULT_LOG_FILENAME
 
-#: The event log's file name in an experiment folder.
-LOG_FILENAME = "statemachine.db"
 #: URI schemes that name a storage filesystem rather than a database.
 STORAGE_SCHEMES = frozenset({"s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss", "az"})
 _CHUNK = 1 << 20
@@ -130,7 +129,7 @@ def remote_file(uri: str) -> RemoteFile:
     except Exception as exc:
         raise LogSyncError(f"cannot use storage URI {redact_uri(uri)}: {_oneline(exc)}") from exc
     if not path.endswith(".db"):
-        path = f"{path.rstrip('/')}/{LOG_FILENAME}"
+        path = f"{path.rstrip('/')}/{DEFAULT_LOG_FILENAME}"
     return RemoteFile(fs, path)
 
 
@@ -139,7 +138,7 @@ def downloaded(uri: str) -> Iterator[Path]:
     """The event log at a storage URI, downloaded to a temporary file deleted on exit."""
     remote = remote_file(uri)
     with tempfile.TemporaryDirectory(prefix="statemachine-") as folder:
-        local = Path(folder, LOG_FILENAME)
+        local = Path(folder, DEFAULT_LOG_FILENAME)
         if not remote.download(local):
             raise LogSyncError(
                 f"no event log at {remote.label} (check the experiment's storage URI)"

@@ -2,9 +2,11 @@
 
 Two folds, one state machine:
 - :func:`replay_trial` and :func:`verify` step through :func:`statemachine.domain.machine.apply`
-  (the ``transitions`` machine), the very function a live :class:`ExperimentLog` records with;
+  (the ``transitions`` machine, the definition), so ``verify`` checks every decision the live
+  path recorded against it;
 - :func:`replay_experiment` and :func:`rehydrate` fold in bulk through the table compiled from
-  that same machine (:mod:`statemachine.domain.compiled`, proven equal by a property test).
+  that same machine (:mod:`statemachine.domain.compiled`, proven equal by a property test),
+  the very path a live :class:`ExperimentLog` records with.
 
 ``policy=`` replays under another retry policy (a what-if). Such a replay may reach an event
 the log holds but the new policy makes impossible (the trial already ended in ``ERROR``); the
@@ -217,11 +219,13 @@ def _replay_lean(
 def rehydrate(store: EventStore, experiment: str) -> dict[str, TrialState]:
     """Every trial's current state: its newest usable snapshot plus the events after it.
 
-    Always equal to a full replay (:func:`replay_experiment`); an event that does not fold
-    raises, since a live log must fold.
+    Always equal to a full replay (:func:`replay_experiment`): a snapshot that does not decode
+    is ignored (one warning) and its trial folded from all its events. An event that does not
+    fold raises, since a live log must fold.
     """
-    states = store.load_snapshots(experiment)
-    for item in store.read_tails(experiment):
+    loaded = store.load_snapshot_set(experiment)
+    states = loaded.states
+    for item in store.read_tails(experiment, refold=loaded.unusable):
         state = states.get(item.trial_id)
         if state is None:
             state = states[item.trial_id] = TrialState(item.trial_id)

@@ -2,7 +2,8 @@
 
 This module is what the code reads and writes through, and what ``alembic check`` compares
 the migrated database against. It never creates anything: every schema change is an Alembic
-script in ``migrations/versions/`` that freezes its own copy of the tables it touches.
+script in ``statemachine/log/migrations/versions/`` that freezes its own copy of the tables
+it touches.
 
 JSON documents (payloads, counters, policies, snapshot states) are stored as text written by
 :func:`statemachine.log.records.dump_json`, so a corrupted row surfaces as an

@@ -15,18 +15,22 @@ from __future__ import annotations
 import json
 import logging
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from statemachine.domain.events import Event, PolicySet, encode_event
+from statemachine.domain.events import Event, encode_event, with_policy
 from statemachine.domain.machine import TransitionRecord, apply
 from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.state import TrialState
-from statemachine.exceptions import InvalidTransitionError, UnstorableValueError
+from statemachine.exceptions import (
+    ConfigurationError,
+    InvalidTransitionError,
+    UnstorableValueError,
+)
+from statemachine.log.records import new_event_id
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +94,8 @@ class Recorder:
         """Events the fold refused (not valid in the trial's folded state)."""
         self.dead: list[tuple[PendingEvent, str]] = []
         """Events the log refused for good, with the reason."""
+        self.refused: str | None = None
+        """Why the log can never be opened with this configuration (then it is not retried)."""
         self._failing = False  # a write failed and nothing was written since
 
     # ------------------------------------------------------------------ reading
@@ -109,10 +115,20 @@ class Recorder:
         """Open the log (once it works) and load the states it holds; True when open."""
         if self.log is not None:
             return True
-        if self.fenced:
+        if self.fenced or self.refused is not None:
             return False
         try:
             log = self._open_log()
+        except ConfigurationError as exc:
+            # A bad setting (an unsupported database URL, ...): no retry can ever open the
+            # log. The events stay queued and are saved at the end with the others.
+            self.write_failures += 1
+            self.refused = str(exc)
+            logger.error(
+                "statemachine: the event log cannot be used with this configuration, events "
+                "are kept in memory and saved at the end: %s", exc,
+            )  # fmt: skip
+            return False
         except Exception as exc:  # the store is reported, never raised
             self.write_failures += 1
             self._failing = True
@@ -144,10 +160,7 @@ class Recorder:
         refused it (reported and counted in :attr:`rejected`).
         """
         shadow = self.states.get(trial_id) or TrialState(trial_id)
-        events: list[Event] = []
-        if shadow.policy != self.policy:
-            events.append(PolicySet(policy=self.policy))
-        events.append(event)
+        events = with_policy(event, shadow.policy, self.policy)
         new = shadow.copy()
         try:
             records = [apply(new, e) for e in events]
@@ -157,7 +170,7 @@ class Recorder:
             return None
         self.states[trial_id] = new
         for e in events:
-            self._queue.append(PendingEvent(trial_id, e, uuid.uuid4().hex))
+            self._queue.append(PendingEvent(trial_id, e, new_event_id()))
         self.flush()
         return records[-1]
 
@@ -196,10 +209,10 @@ class Recorder:
         for attempt in range(1, self.attempts + 1):
             try:
                 self.log.record(pending.trial_id, pending.event, event_id=pending.event_id)
-            except (InvalidTransitionError, UnstorableValueError) as exc:
-                # The log's fold disagrees with ours, or the database can never hold a value
-                # of this event: it can never be written. It goes to the dead letters at once,
-                # so the events behind it are not held up.
+            except (InvalidTransitionError, UnstorableValueError, ConfigurationError) as exc:
+                # The log's fold disagrees with ours, the database can never hold a value of
+                # this event, or the call itself is wrong: it can never be written. It goes
+                # to the dead letters at once, so the events behind it are not held up.
                 self.dead.append((pending, str(exc)))
                 logger.error("statemachine: the event log refuses an event: %s", exc)
                 return True

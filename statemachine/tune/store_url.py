@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from statemachine.log_location import DB_URL_ENV, DEFAULT_LOG_FILENAME
 from statemachine.tune import ray_surface
 
 if TYPE_CHECKING:
@@ -21,9 +22,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 _warned_paths: set[str] = set()
-
-URL_ENV = "STATEMACHINE_DB_URL"
-DEFAULT_FILENAME = "statemachine.db"
 
 
 def is_local_filesystem(fs: Any) -> bool:
@@ -41,14 +39,14 @@ def default_db_path(trial: Any) -> Path:
         folder = Path(ray_surface.experiment_path(trial))
     else:
         folder = Path("~/ray_results").expanduser() / ray_surface.experiment_name(trial)
-    return folder / DEFAULT_FILENAME
+    return folder / DEFAULT_LOG_FILENAME
 
 
 def resolve_url(url: str | None, trial: Any) -> str:
     """The store URL: ``url``, else ``$STATEMACHINE_DB_URL``, else the default SQLite file."""
     if url:
         return url
-    env = os.environ.get(URL_ENV, "").strip()
+    env = os.environ.get(DB_URL_ENV, "").strip()
     if env:
         return env
     path = default_db_path(trial)
@@ -59,7 +57,7 @@ def resolve_url(url: str | None, trial: Any) -> str:
 def log_sync_for(url: str | None, trial: Any) -> LogSync | None:
     """The sync of the default log with the experiment's remote storage; ``None`` when a URL
     is given (``url`` or ``$STATEMACHINE_DB_URL``) or the experiment is stored locally."""
-    if url or os.environ.get(URL_ENV, "").strip():
+    if url or os.environ.get(DB_URL_ENV, "").strip():
         return None
     fs = ray_surface.storage_filesystem(trial)
     if is_local_filesystem(fs):
@@ -67,7 +65,7 @@ def log_sync_for(url: str | None, trial: Any) -> LogSync | None:
     from statemachine.log.remote import RemoteFile
     from statemachine.tune.log_sync import LogSync
 
-    remote = RemoteFile(fs, f"{ray_surface.experiment_path(trial)}/{DEFAULT_FILENAME}")
+    remote = RemoteFile(fs, f"{ray_surface.experiment_path(trial)}/{DEFAULT_LOG_FILENAME}")
     return LogSync(default_db_path(trial), remote)
 
 

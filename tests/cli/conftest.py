@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import sqlite3
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,12 +39,29 @@ def folder_state(folder: Path) -> dict[str, str]:
     }
 
 
+def copy_fixture(target: Path) -> Path:
+    """A private copy of the fixture log whose snapshots are tagged for the running code.
+
+    A snapshot is trusted only by the fold that wrote it (its tag fingerprints the fold's
+    code), so any change to the domain code would make the committed fixture's snapshots
+    untrusted and ``verify`` would check none. The copy's tags are set to the running code:
+    ``verify`` (and its golden file) still compares every snapshot with the fold, so a fold
+    that changed what it computes fails there, and then the fixture is regenerated.
+    """
+    from statemachine.log.snapshot import machine_version
+
+    shutil.copyfile(FIXTURE, target)
+    with closing(sqlite3.connect(target)) as conn, conn:
+        conn.execute("UPDATE snapshots SET machine_version = ?", (machine_version(),))
+    return target
+
+
 @pytest.fixture
 def experiment_dir(tmp_path: Path) -> Path:
     """An experiment folder holding a copy of the fixture log as ``statemachine.db``."""
     folder = tmp_path / "fixture_exp"
     folder.mkdir()
-    shutil.copyfile(FIXTURE, folder / "statemachine.db")
+    copy_fixture(folder / "statemachine.db")
     return folder
 
 

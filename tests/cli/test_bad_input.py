@@ -61,6 +61,18 @@ def test_no_db_given(invoke: Callable[..., Run]) -> None:
     assert_one_line_error(invoke("experiments"), "--db", "STATEMACHINE_DB_URL")
 
 
+def test_unsupported_database(invoke: Callable[..., Run]) -> None:
+    for args in (["experiments"], ["db", "current"], ["db", "upgrade"]):
+        run = invoke("--db", "mysql+pymysql://me:secret@127.0.0.1/test", *args)
+        line = assert_one_line_error(run, "SQLite and PostgreSQL", "mysql", "sqlite:///")
+        assert "secret" not in line
+
+
+def test_db_upgrade_without_a_db(invoke: Callable[..., Run]) -> None:
+    assert_one_line_error(invoke("db", "upgrade"), "db upgrade needs a target store",
+                          "STATEMACHINE_DB_URL")
+
+
 def test_unreachable_server(invoke: Callable[..., Run]) -> None:
     run = invoke("--db", "postgresql+psycopg://postgres@127.0.0.1:1/test", "experiments")
     assert_one_line_error(run, "127.0.0.1")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -242,14 +243,79 @@ def test_read_commands_write_nothing(
     for args in (["experiments"], ["trials", EXP], ["trials", EXP, "--at", "10"],
                  ["show", EXP, "c_given_up"], ["explain", EXP, "c_given_up"],
                  ["what-if", EXP, "--max-failures", "3"], ["verify"], ["export", EXP],
-                 ["tail", EXP]):
+                 ["tail", EXP], ["db", "current"]):
         assert invoke("--db", experiment_dir, *args).exit_code == 0, args
     assert folder_state(experiment_dir) == before
 
 
-@pytest.mark.ray
-def test_experiment_folder_file_name_is_the_one_the_tune_callback_writes() -> None:
-    from statemachine.cli.db import DEFAULT_LOG_FILENAME
-    from statemachine.tune.store_url import DEFAULT_FILENAME
+def test_db_upgrade_creates_a_log_and_db_current_says_it_is_at_head(
+    invoke: Callable[..., Run], tmp_path: Path
+) -> None:
+    from statemachine.log import EventStore
+    from statemachine.log.migrate import head_revision
 
-    assert DEFAULT_LOG_FILENAME == DEFAULT_FILENAME
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    created = _json(invoke("--db", folder, "db", "upgrade", "--json"))
+    assert created == {"database": f"sqlite:///{folder / 'statemachine.db'}",
+                       "from_revision": None, "revision": head_revision(), "upgraded": True}
+    with EventStore.open(folder / "statemachine.db", create=False) as store:
+        assert store.list_experiments() == []
+    again = _json(invoke("--db", folder, "db", "upgrade", "--json"))
+    assert again["from_revision"] == head_revision() and again["upgraded"] is False
+    assert "nothing to do" in invoke("--db", folder, "db", "upgrade").stdout
+    current = _json(invoke("--db", folder, "db", "current", "--json"))
+    assert current == {"database": f"sqlite:///{folder / 'statemachine.db'}",
+                       "revision": head_revision(), "head": head_revision(), "is_head": True,
+                       "state": "head"}
+    assert "up to date" in invoke("--db", folder, "db", "current").stdout
+
+
+def test_db_current_and_upgrade_of_a_log_from_a_newer_statemachine(
+    invoke: Callable[..., Run], fixture_db: Path
+) -> None:
+    import sqlite3
+    from contextlib import closing
+
+    with closing(sqlite3.connect(fixture_db)) as conn, conn:
+        conn.execute("UPDATE alembic_version SET version_num = 'f00dfeed0099'")
+    current = _json(invoke("--db", fixture_db, "db", "current", "--json"))
+    assert (current["revision"], current["is_head"], current["state"]) == (
+        "f00dfeed0099", False, "newer")
+    assert "upgrade statemachine" in invoke("--db", fixture_db, "db", "current").stdout
+    before = folder_state(fixture_db.parent)
+    refused = invoke("--db", fixture_db, "db", "upgrade")
+    assert refused.exit_code == 2 and "Traceback" not in refused.stderr
+    assert "newer than this statemachine knows" in refused.stderr
+    assert folder_state(fixture_db.parent) == before
+
+
+def test_db_upgrade_of_an_empty_database_file(invoke: Callable[..., Run], tmp_path: Path) -> None:
+    from statemachine.log.migrate import head_revision
+
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    current = _json(invoke("--db", empty, "db", "current", "--json"))
+    assert (current["revision"], current["state"]) == (None, "none")
+    upgraded = _json(invoke("--db", empty, "db", "upgrade", "--json"))
+    assert (upgraded["from_revision"], upgraded["revision"]) == (None, head_revision())
+
+
+def test_db_current_reads_a_log_on_storage_and_upgrade_refuses_it(
+    invoke: Callable[..., Run], fixture_db: Path, s3_env: Any
+) -> None:
+    import uuid
+
+    from statemachine.log.migrate import head_revision
+    from statemachine.log.remote import remote_file
+
+    bucket = f"db-{uuid.uuid4().hex[:8]}"
+    s3_env.make_bucket(bucket)
+    uri = f"s3://{bucket}/exps/fixture_exp"
+    remote_file(uri).upload(fixture_db)
+    current = _json(invoke("--db", uri, "db", "current", "--json"))
+    assert (current["database"], current["revision"], current["state"]) == (
+        uri, head_revision(), "head")
+    refused = invoke("--db", uri, "db", "upgrade")
+    assert refused.exit_code == 2
+    assert "cannot write to an event log on storage" in refused.stderr

@@ -39,6 +39,8 @@ CASES: dict[str, list[str]] = {
     "timeline": ["timeline", EXP, "-o", "{tmp}/timeline.html", "--json"],
     "diagram": ["diagram", "-o", "{tmp}/machine.dot", "--json"],
     "tail.jsonl": ["tail", EXP, "-n", "5", "--json"],
+    "db_current": ["db", "current", "--json"],
+    "db_upgrade": ["db", "upgrade", "--json"],
 }
 
 

@@ -11,23 +11,14 @@ In the control folder ``config["ctl"]`` (shared by the test, the driver and Ray'
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
-from ray import tune
+from tests.trainables import CountingTrainable, checkpoint_iteration, touch_once
 
-
-def touch_once(path: Path) -> bool:
-    """Create ``path``; True only for the caller that created it."""
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        return False
-    os.close(fd)
-    return True
+__all__ = ["Steps", "beats", "checkpoint_iteration", "failures_that_happened",
+           "last_beat_iteration"]
 
 
 def beats(ctl: Path) -> int:
@@ -50,22 +41,13 @@ def failures_that_happened(ctl: Path) -> dict[str, int]:
     return counts
 
 
-def checkpoint_iteration(path: str | Path) -> int:
-    """The iteration a checkpoint folder saved (from its ``state.json``)."""
-    return int(json.loads(Path(path, "state.json").read_text())["i"])
-
-
-class Steps(tune.Trainable):
+class Steps(CountingTrainable):
     """Counts iterations, sleeping ``sleep`` seconds in each; fails once at each ``fail_at``.
 
     config: ``ctl`` (folder), ``iters``, ``sleep`` (seconds), ``fail_at`` (iterations that
     raise ``ValueError`` once per trial), ``holds`` (``{file name: iteration}``: from that
     iteration on, a step waits while that file exists in ``ctl``).
     """
-
-    def setup(self, config: dict[str, Any]) -> None:
-        self.ctl = Path(config["ctl"])
-        self.i = 0
 
     def step(self) -> dict[str, Any]:
         self.i += 1
@@ -83,8 +65,5 @@ class Steps(tune.Trainable):
         return {"score": self.i, "done": self.i >= self.config["iters"]}
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
-        Path(checkpoint_dir, "state.json").write_text(json.dumps({"i": self.i}))
+        super().save_checkpoint(checkpoint_dir)
         (self.ctl / f"saved-{self.trial_id}-{self.i}").write_text(str(time.time()))
-
-    def load_checkpoint(self, checkpoint_dir: str) -> None:
-        self.i = checkpoint_iteration(checkpoint_dir)

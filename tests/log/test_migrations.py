@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,12 @@ from sqlalchemy import create_engine, inspect, text
 
 from statemachine.exceptions import NotAnEventLogError, SchemaVersionError, StoreNotFoundError
 from statemachine.log import EventStore
-from statemachine.log.migrate import current_revision, head_revision
+from statemachine.log.migrate import (
+    check_revision,
+    current_revision,
+    head_revision,
+    script_location,
+)
 from statemachine.log.schema import TABLE_NAMES, metadata
 
 REPO = Path(__file__).resolve().parents[2]
@@ -118,6 +125,35 @@ class MigrationContract:
         engine.dispose()
 
 
+def test_one_source_of_migration_scripts() -> None:
+    """The package folder holds the real scripts; the checkout's alembic.ini points there and
+    the top-level migrations/ holds none (so the two cannot drift apart)."""
+    from alembic.config import Config
+
+    package = REPO / "statemachine" / "log" / "migrations"
+    assert script_location() == package.resolve()
+    assert not package.is_symlink()
+    assert all(not p.is_symlink() for p in package.rglob("*"))
+    assert {"env.py", "script.py.mako", "__init__.py"} <= {p.name for p in package.iterdir()}
+    assert sorted(p.name for p in (package / "versions").glob("0*.py"))
+    config = Config(str(REPO / "alembic.ini"))
+    assert Path(config.get_main_option("script_location") or "").resolve() == package.resolve()
+    top = REPO / "migrations"
+    assert sorted(p.name for p in top.rglob("*") if "__pycache__" not in p.parts) == [
+        "README.md"
+    ], "migration scripts belong in statemachine/log/migrations/ (the wheel ships that folder)"
+
+
+def test_an_older_schema_opened_read_only_names_the_upgrade_command() -> None:
+    url = "postgresql+psycopg://me:secret@db.example/exp"
+    with pytest.raises(SchemaVersionError) as refused:
+        check_revision(None, url, writable=False)
+    message = str(refused.value)
+    assert "older" in message
+    assert "`trial-replay --db postgresql+psycopg://me:***@db.example/exp db upgrade`" in message
+    assert "secret" not in message and "alembic" not in message
+
+
 class TestSQLiteMigrations(MigrationContract):
     @pytest.fixture
     def url(self, sqlite_url: str) -> str:
@@ -188,9 +224,15 @@ def test_wheel_installed_in_a_fresh_virtualenv_opens_a_new_store(tmp_path: Path)
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    assert "statemachine/log/migrations/script.py.mako" in names
+    assert "statemachine/log/migrations/env.py" in names
+    assert any(n.startswith("statemachine/log/migrations/versions/0") for n in names)
     script = textwrap.dedent(
         """
         import sys
+        from pathlib import Path
         import statemachine
         from statemachine import RetryPolicy, TrialAdded
         from statemachine.log import EventStore, ExperimentLog
@@ -199,6 +241,7 @@ def test_wheel_installed_in_a_fresh_virtualenv_opens_a_new_store(tmp_path: Path)
         assert sys.prefix != sys.base_prefix
         assert statemachine.__file__.startswith(sys.prefix), statemachine.__file__
         assert str(script_location()).startswith(sys.prefix), script_location()
+        assert (script_location() / "script.py.mako").is_file()
         with ExperimentLog.open(sys.argv[1], "exp", RetryPolicy(max_failures=1)) as log:
             log.record("t1", TrialAdded())
         with EventStore.open(sys.argv[1], create=False) as store:
@@ -206,10 +249,21 @@ def test_wheel_installed_in_a_fresh_virtualenv_opens_a_new_store(tmp_path: Path)
             print(store.list_trials("exp"), head_revision())
         """
     )
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "STATEMACHINE_DB_URL")}
     run = subprocess.run(
         [str(python), "-c", script, str(tmp_path / "new.db")],
-        cwd=tmp_path, capture_output=True, text=True, timeout=120,
-        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == f"['t1'] {head_revision()}"
+    # The command the schema-version error names works from the wheel, without a checkout.
+    cli = venv / "bin" / "trial-replay"
+    for args in (["upgrade", "--json"], ["current", "--json"]):
+        done = subprocess.run(
+            [str(cli), "--db", str(tmp_path / "other.db"), "db", *args],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["revision"] == head_revision()
+    with EventStore.open(tmp_path / "other.db", create=False) as store:
+        assert store.list_experiments() == []

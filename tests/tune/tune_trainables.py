@@ -11,24 +11,14 @@ kills the driver while one hangs).
 from __future__ import annotations
 
 import builtins
-import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-from ray import tune
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-
-def touch_once(path: Path) -> bool:
-    """Create ``path``; True only for the caller that created it."""
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        return False
-    os.close(fd)
-    return True
+from tests.trainables import CountingTrainable, touch_once
 
 
 def restore_attempts(ctl: Path) -> int:
@@ -36,7 +26,7 @@ def restore_attempts(ctl: Path) -> int:
     return len(list(ctl.glob("restore-*")))
 
 
-class Flaky(tune.Trainable):
+class Flaky(CountingTrainable):
     """Counts iterations; fails as ``config`` says.
 
     config: ``ctl`` (folder), ``iters`` (iterations to run), ``fail_at`` (iteration raising
@@ -44,10 +34,6 @@ class Flaky(tune.Trainable):
     (name of a builtin exception to raise at ``fail_at`` instead, every time); a ``variant``
     dict (from a grid search) overrides any of them.
     """
-
-    def setup(self, config: dict[str, Any]) -> None:
-        self.ctl = Path(config["ctl"])
-        self.i = 0
 
     def step(self) -> dict[str, Any]:
         self.i += 1
@@ -64,9 +50,6 @@ class Flaky(tune.Trainable):
         time.sleep(cfg.get("sleep", 0.0))
         return {"score": self.i, "done": self.i >= cfg["iters"]}
 
-    def save_checkpoint(self, checkpoint_dir: str) -> None:
-        Path(checkpoint_dir, "state.json").write_text(json.dumps({"i": self.i}))
-
     def load_checkpoint(self, checkpoint_dir: str) -> None:
         n = restore_attempts(self.ctl) + 1
         (self.ctl / f"restore-{n}").write_text(str(os.getpid()))
@@ -80,7 +63,7 @@ class Flaky(tune.Trainable):
         fails = int(fails_file.read_text()) if fails_file.exists() else 0
         if fails < 0 or n <= fails:
             raise OSError(f"restore attempt {n} failed: storage unavailable")
-        self.i = json.loads(Path(checkpoint_dir, "state.json").read_text())["i"]
+        super().load_checkpoint(checkpoint_dir)
 
 
 class PauseOnce(FIFOScheduler):

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import click
 
-from statemachine.cli.db import DEFAULT_LOG_FILENAME, BadInput, open_store
+from statemachine.cli.db import BadInput, open_store, resolve_write_target
 from statemachine.cli.output import Output, json_option
 from statemachine.cli.reading import require_experiment
-from statemachine.cli.transfer import export_records, import_export, line, read_export, summary
 from statemachine.log import verify as verify_log
+from statemachine.log.records import dump_json
+from statemachine.log.transfer import export_records, read_export
 
 
 @click.command("export")
@@ -28,7 +29,7 @@ def export(out: Output, experiment: str, path: Path | None, as_json: bool) -> in
     with open_store(out.db) as store:
         require_experiment(store, experiment)
         records = list(export_records(store, experiment, out.warn))
-    lines = [line(r) for r in records]
+    lines = [dump_json(r) for r in records]
     text = "".join(f"{ln}\n" for ln in lines)
     if path is None:
         click.echo(text, nl=False)
@@ -52,17 +53,17 @@ def import_(out: Output, file: Path, name: str | None, as_json: bool) -> int:
     """Import an export FILE into the --db store (created and migrated if needed: the one
     command that writes). Refuses an experiment name the store already has."""
     export_file = read_export(file)  # checked whole before anything is written
-    if not out.db:
-        raise BadInput("import needs a target store: pass --db URL|FILE or set "
-                       "STATEMACHINE_DB_URL")
-    target = out.db
-    folder = Path(target)
-    if "://" not in target and folder.is_dir():
-        target = str(folder / DEFAULT_LOG_FILENAME)
+    target = resolve_write_target(out.db, "import")
     with open_store(target, create=True) as store:
-        imported = import_export(store, export_file, name)
+        imported = store.import_experiment(export_file, name=name)
         result = verify_log(store, imported)
-    data = {**summary(imported, export_file), "verified": result.ok}
+    data = {
+        "experiment": imported,
+        "sessions": len(export_file.sessions),
+        "events": len(export_file.events),
+        "trials": len({e["trial_id"] for e in export_file.events}),
+        "verified": result.ok,
+    }
     if as_json:
         out.json(data)
     else:

@@ -4,7 +4,8 @@ Two ways in:
 - programmatically, from :func:`statemachine.log.migrate.upgrade`, which passes an open
   connection in ``config.attributes["connection"]`` (and holds the migration lock);
 - from the command line in a checkout: ``alembic -x url=sqlite:///exp.db upgrade head``, or
-  with the URL in the ``STATEMACHINE_DB_URL`` environment variable.
+  with the URL in the ``STATEMACHINE_DB_URL`` environment variable (the top-level
+  ``alembic.ini`` points at this folder, which the wheel ships).
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from statemachine.log.engine import WRITER, make_engine, to_url
+from statemachine.log.dialect import WRITER, backend_of
+from statemachine.log.engine import make_engine, to_url
 from statemachine.log.schema import metadata
-
-URL_ENV = "STATEMACHINE_DB_URL"
+from statemachine.log_location import DB_URL_ENV
 
 config = context.config
 target_metadata = metadata
@@ -27,11 +28,11 @@ if config.config_file_name is not None and "connection" not in config.attributes
 
 
 def _url() -> str:
-    url = context.get_x_argument(as_dictionary=True).get("url") or os.environ.get(URL_ENV)
+    url = context.get_x_argument(as_dictionary=True).get("url") or os.environ.get(DB_URL_ENV)
     url = url or config.get_main_option("sqlalchemy.url")
     if not url:
         raise SystemExit(
-            f"no database URL: pass `alembic -x url=sqlite:///path.db ...` or set {URL_ENV}"
+            f"no database URL: pass `alembic -x url=sqlite:///path.db ...` or set {DB_URL_ENV}"
         )
     return to_url(url)
 
@@ -40,7 +41,7 @@ def _configure(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
-        render_as_batch=connection.dialect.name == "sqlite",
+        render_as_batch=backend_of(connection).batch_migrations,
         compare_type=True,
     )
 

@@ -1,0 +1,209 @@
+"""Appending events: the fenced, sequence-checked insert, group commit, and why one failed.
+
+Every append runs here (the store's hot path, kept in one module): one event is one
+``INSERT ... SELECT`` that checks the session's epoch and the trial's last sequence number
+and inserts in a single statement; a batch checks once and inserts with ``executemany``.
+When nothing was inserted, :meth:`Appends.diagnose` says why: an idempotent retry (the stored
+rows are returned), a fenced session, or a sequence conflict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, Insert, Integer, bindparam, func, insert, literal_column, select
+from sqlalchemy.exc import IntegrityError
+
+from statemachine.exceptions import ConcurrencyError, FencedError
+from statemachine.log.engine import Prepared, translated
+from statemachine.log.mapper import EVENT_COLUMNS, INSERTED, event_row, inserted_event, stored_event
+from statemachine.log.queries import chunks, last_seqs
+from statemachine.log.records import AppendRequest, DriverSession, StoredEvent, new_event_id, utcnow
+from statemachine.log.schema import events, experiments
+
+if TYPE_CHECKING:
+    from statemachine.log.store import Connections
+
+
+class Appends:
+    """The append statements of one store, compiled once for its database."""
+
+    def __init__(self, db: Connections) -> None:
+        self._db = db
+        dialect = db.engine.dialect
+        self._append_one = Prepared(self._append_statement(), dialect)
+        self._insert_many = Prepared(
+            insert(events).values(
+                {name: bindparam(name, type_=events.c[name].type) for name in INSERTED}
+            ),
+            dialect,
+        )
+
+    def _append_statement(self) -> Insert:
+        """``INSERT INTO events SELECT <values> FROM experiments WHERE <fence and seq hold>``.
+
+        One statement checks the epoch, the trial's last sequence number and inserts; it
+        returns no row when a check fails (then :meth:`diagnose` says which).
+        """
+        params = {name: bindparam(name, type_=events.c[name].type) for name in INSERTED}
+        expected = bindparam("expected_seq", type_=Integer())
+        # coalesce outside the subquery: a bare max() is answered from the unique index
+        # (SQLite's min/max optimisation) instead of scanning the trial's rows.
+        last_seq = func.coalesce(
+            select(func.max(events.c.seq))
+            .where(
+                events.c.experiment_id == params["experiment_id"],
+                events.c.trial_id == params["trial_id"],
+            )
+            .scalar_subquery(),
+            literal_column("0"),
+        )
+        source = self._db.lock_for_share(
+            select(*(params[name] for name in INSERTED)).where(
+                experiments.c.id == params["experiment_id"],
+                experiments.c.epoch == params["epoch"],
+                last_seq == expected,
+            )
+        )
+        statement = insert(events).from_select([events.c[name] for name in INSERTED], source)
+        return self._db.backend.appended(statement)
+
+    def append(self, session: DriverSession, request: AppendRequest) -> StoredEvent:
+        """Append one event durably (see :meth:`EventStore.append`)."""
+        db = self._db
+        row = event_row(session, request, request.event_id or new_event_id(), utcnow())
+        with db.lock, translated("appending an event", db.url):
+            try:
+                with db.write() as conn:
+                    # Stamped under the write lock: times follow commit order, and an event
+                    # of a fenced epoch is always stamped before the newer session began.
+                    row["recorded_at"] = utcnow()
+                    result = self._append_one.execute(
+                        conn, {**row, "expected_seq": request.expected_seq}
+                    )
+                    position = db.backend.position(result)
+                    if position is None:
+                        return self.diagnose(conn, session, [row])[0]
+                return inserted_event(row, position, session.experiment)
+            except IntegrityError:
+                pass  # a concurrent writer won the race for this seq or event id
+            with db.write() as conn:
+                return self.diagnose(conn, session, [row])[0]
+
+    def append_batch(
+        self, session: DriverSession, requests: Sequence[AppendRequest]
+    ) -> list[StoredEvent]:
+        """Append many events in one transaction (see :meth:`EventStore.append_batch`)."""
+        if not requests:
+            return []
+        db = self._db
+        now = utcnow()
+        rows = [event_row(session, r, r.event_id or new_event_id(), now) for r in requests]
+        trials = [r.trial_id for r in requests]
+        with db.lock, translated("appending a batch of events", db.url):
+            try:
+                with db.write() as conn:
+                    epoch = conn.execute(
+                        db.lock_for_share(
+                            select(experiments.c.epoch).where(
+                                experiments.c.id == session.experiment_id
+                            )
+                        )
+                    ).scalar()
+                    last = last_seqs(conn, session.experiment_id, trials)
+                    if epoch != session.epoch or not _chained(requests, last):
+                        return self.diagnose(conn, session, rows)
+                    now = utcnow()  # under the lock, as in append()
+                    for row in rows:
+                        row["recorded_at"] = now
+                    # A plain executemany (RETURNING in parameter order would make SQLite
+                    # insert row by row); the positions are read back by event id.
+                    self._insert_many.execute_many(conn, rows)
+                    positions: dict[str, int] = {}
+                    for ids in chunks([row["event_id"] for row in rows]):
+                        positions.update(
+                            conn.execute(
+                                select(events.c.event_id, events.c.position).where(
+                                    events.c.experiment_id == session.experiment_id,
+                                    events.c.event_id.in_(ids),
+                                )
+                            ).all()
+                        )
+                return [
+                    inserted_event(row, positions[row["event_id"]], session.experiment)
+                    for row in rows
+                ]
+            except IntegrityError:
+                pass
+            with db.write() as conn:
+                return self.diagnose(conn, session, rows)
+
+    def diagnose(
+        self, conn: Connection, session: DriverSession, rows: list[dict[str, Any]]
+    ) -> list[StoredEvent]:
+        """Why an append stored nothing: an idempotent retry (return it), fenced, or a conflict."""
+        found = {
+            r.event_id: r
+            for ids in chunks([row["event_id"] for row in rows])
+            for r in conn.execute(
+                select(*EVENT_COLUMNS).where(
+                    events.c.experiment_id == session.experiment_id, events.c.event_id.in_(ids)
+                )
+            )
+        }
+        same = [
+            found.get(row["event_id"]) is not None
+            and tuple(found[row["event_id"]][1:6])
+            == (row["trial_id"], row["seq"], row["type_name"], row["version"], row["payload"])
+            for row in rows
+        ]
+        if all(same):
+            return [stored_event(found[row["event_id"]], session.experiment) for row in rows]
+        epoch = conn.execute(
+            select(experiments.c.epoch).where(experiments.c.id == session.experiment_id)
+        ).scalar_one()
+        if epoch != session.epoch:
+            raise FencedError(session.experiment, session.epoch, epoch)
+        for row, ok in zip(rows, same, strict=True):
+            other = found.get(row["event_id"])
+            if other is not None and not ok:
+                raise ConcurrencyError(
+                    f"event id {row['event_id']!r} is already stored for a different event "
+                    f"(trial {other.trial_id!r}, seq {other.seq}, {other.type_name}); "
+                    "use a new event id",
+                    row["trial_id"],
+                    row["seq"] - 1,
+                    other.seq,
+                )
+        last = last_seqs(conn, session.experiment_id, [row["trial_id"] for row in rows])
+        running: dict[str, int] = {}
+        for row in rows:
+            trial = row["trial_id"]
+            actual = running.get(trial, last.get(trial, 0))
+            if row["seq"] - 1 != actual:
+                raise ConcurrencyError(
+                    f"trial {trial!r}: the append expected seq {row['seq'] - 1} to be the "
+                    f"trial's last, but the log's last is {actual}; read the trial again "
+                    "and fold from there",
+                    trial,
+                    row["seq"] - 1,
+                    actual,
+                )
+            running[trial] = row["seq"]
+        raise ConcurrencyError(
+            "a concurrent append took the same sequence number; read the trial again",
+            rows[0]["trial_id"],
+            rows[0]["seq"] - 1,
+            rows[0]["seq"],
+        )
+
+
+def _chained(requests: Sequence[AppendRequest], last: dict[str, int]) -> bool:
+    """Each request's ``expected_seq`` is its trial's last seq, counting earlier requests."""
+    running = dict(last)
+    for request in requests:
+        if request.expected_seq != running.get(request.trial_id, 0):
+            return False
+        running[request.trial_id] = request.expected_seq + 1
+    return True

@@ -1,0 +1,132 @@
+"""Row mapping: the event log's records to table rows and back (no connection in here).
+
+The store's recorders (appends, queries, snapshots) run SQL; this module only says which
+columns they read, in what order, and how a row becomes a record (as eventsourcing keeps its
+mapper apart from its recorders).
+"""
+
+from __future__ import annotations
+
+import functools
+from datetime import datetime
+from typing import Any
+
+from statemachine.domain.events import TrialFailed, encode_event
+from statemachine.domain.policy import RetryPolicy
+from statemachine.domain.state import Counters
+from statemachine.log.records import (
+    AppendRequest,
+    DriverSession,
+    ExperimentInfo,
+    SessionInfo,
+    StoredEvent,
+    check_storable,
+    dump_json,
+    load_json,
+    utc,
+)
+from statemachine.log.schema import events
+
+#: Columns of ``events`` in the order :func:`stored_event` reads them.
+EVENT_COLUMNS = (
+    events.c.position,
+    events.c.trial_id,
+    events.c.seq,
+    events.c.type_name,
+    events.c.version,
+    events.c.payload,
+    events.c.error_type,
+    events.c.status_before,
+    events.c.status_after,
+    events.c.decision,
+    events.c.counters,
+    events.c.epoch,
+    events.c.event_id,
+    events.c.recorded_at,
+)
+#: The columns an append writes (every column but the position, which the database assigns).
+INSERTED = [c.name for c in EVENT_COLUMNS if c.name != "position"] + ["experiment_id"]
+
+#: Columns of ``events`` a bulk fold reads (:meth:`EventStore.read_fold_rows`).
+FOLD_COLUMNS = (*EVENT_COLUMNS[:6], events.c.counters)
+#: ``(position, trial_id, seq, type_name, version, payload, counters)``.
+FoldRow = tuple[int, str, int, str, int, str, "str | None"]
+
+
+def stored_event(row: Any, experiment: str) -> StoredEvent:
+    """The record of a row selected as :data:`EVENT_COLUMNS`."""
+    return StoredEvent(
+        row[0], experiment, row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8],
+        row[9], row[10], row[11], row[12], utc(row[13]),
+    )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4096)
+def _counters_json(counters: Counters) -> str:
+    return dump_json(counters._asdict())
+
+
+def event_row(
+    session: DriverSession, request: AppendRequest, event_id: str, recorded_at: datetime
+) -> dict[str, Any]:
+    """The ``events`` row (:data:`INSERTED` columns) that appends ``request``."""
+    type_name, version, payload = encode_event(request.event)
+    record = request.record
+    error = record.error if record is not None else None
+    if error is None and isinstance(request.event, TrialFailed):
+        error = request.event.error
+    return {
+        "experiment_id": session.experiment_id,
+        "trial_id": check_storable(request.trial_id, "trial id"),
+        "seq": request.expected_seq + 1,
+        "type_name": type_name,
+        "version": version,
+        "payload": dump_json(payload),
+        "error_type": error.kind if error is not None else None,
+        "status_before": record.status_before.value if record else None,
+        "status_after": record.status_after.value if record else None,
+        "decision": record.decision.value if record and record.decision else None,
+        "counters": _counters_json(record.counters) if record else None,
+        "epoch": session.epoch,
+        "event_id": check_storable(event_id, "event id", max_length=64),
+        "recorded_at": recorded_at,
+    }
+
+
+def inserted_event(row: dict[str, Any], position: int, experiment: str) -> StoredEvent:
+    """The record of an :func:`event_row` once the database gave it ``position``."""
+    return StoredEvent(
+        position, experiment, row["trial_id"], row["seq"], row["type_name"], row["version"],
+        row["payload"], row["error_type"], row["status_before"], row["status_after"],
+        row["decision"], row["counters"], row["epoch"], row["event_id"],
+        row["recorded_at"],
+    )  # fmt: skip
+
+
+def session_info(row: Any, experiment: str) -> SessionInfo:
+    """The record of a ``driver_sessions`` row."""
+    return SessionInfo(
+        experiment=experiment,
+        epoch=row.epoch,
+        host=row.host,
+        pid=row.pid,
+        versions=load_json(row.versions, f"versions of session {row.epoch}"),
+        policy=RetryPolicy.from_dict(load_json(row.policy, f"policy of session {row.epoch}")),
+        started_at=utc(row.started_at),
+        ended_at=utc(row.ended_at) if row.ended_at else None,
+        clean_end=row.clean_end,
+    )
+
+
+def experiment_info(row: Any) -> ExperimentInfo:
+    """The record of an ``experiments`` row joined with its counts (``trials``, ``events``,
+    ``last``)."""
+    return ExperimentInfo(
+        name=row.name,
+        storage_path=row.storage_path,
+        created_at=utc(row.created_at),
+        epoch=row.epoch,
+        trials=row.trials or 0,
+        events=row.events or 0,
+        last_recorded_at=utc(row.last) if row.last else None,
+    )

@@ -1,0 +1,205 @@
+"""Reading the event log: a trial, an experiment in pages, the lean bulk-fold rows, listings.
+
+Reads run on pooled connections, each in a transaction of its own (a consistent snapshot that
+never blocks the writer); long reads are paged by position, which only grows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Connection, func, select
+
+from statemachine.exceptions import UnknownTrialError, close_matches
+from statemachine.log.engine import translated
+from statemachine.log.mapper import (
+    EVENT_COLUMNS,
+    FOLD_COLUMNS,
+    FoldRow,
+    experiment_info,
+    session_info,
+    stored_event,
+)
+from statemachine.log.records import ExperimentInfo, SessionInfo, StoredEvent, utc
+from statemachine.log.schema import driver_sessions, events, experiments
+
+if TYPE_CHECKING:
+    from statemachine.log.store import Connections
+
+_READ_PAGE = 5_000
+_FOLD_PAGE = 20_000
+
+
+def chunks(items: list[str], size: int = 5_000) -> Iterator[list[str]]:
+    """``items`` in slices small enough for an ``IN`` list (SQLite caps bound parameters)."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def last_seqs(conn: Connection, experiment_id: int, trials: Iterable[str]) -> dict[str, int]:
+    """Each trial's last seq (trials without events are absent)."""
+    last: dict[str, int] = {}
+    for chunk in chunks(sorted(set(trials))):
+        last.update(
+            conn.execute(
+                select(events.c.trial_id, func.max(events.c.seq))
+                .where(events.c.experiment_id == experiment_id, events.c.trial_id.in_(chunk))
+                .group_by(events.c.trial_id)
+            ).all()
+        )
+    return last
+
+
+class Queries:
+    """The read side of one store."""
+
+    def __init__(self, db: Connections) -> None:
+        self._db = db
+
+    def read_trial(
+        self,
+        experiment: str,
+        trial_id: str,
+        *,
+        upto_seq: int | None = None,
+        upto_time: datetime | None = None,
+    ) -> list[StoredEvent]:
+        """See :meth:`EventStore.read_trial`."""
+        db = self._db
+        with translated("reading a trial", db.url), db.read() as conn:
+            experiment_id = db.experiment_id(conn, experiment)
+            query = select(*EVENT_COLUMNS).where(
+                events.c.experiment_id == experiment_id, events.c.trial_id == trial_id
+            )
+            if upto_seq is not None:
+                query = query.where(events.c.seq <= upto_seq)
+            if upto_time is not None:
+                query = query.where(events.c.recorded_at <= utc(upto_time))
+            rows = conn.execute(query.order_by(events.c.seq)).all()
+            if not rows and not _has_trial(conn, experiment_id, trial_id):
+                trials = _trial_ids(conn, experiment_id)
+                raise UnknownTrialError(experiment, trial_id, close_matches(trial_id, trials))
+        return [stored_event(row, experiment) for row in rows]
+
+    def read_experiment(
+        self,
+        experiment: str,
+        *,
+        from_position: int = 0,
+        limit: int | None = None,
+        upto_time: datetime | None = None,
+    ) -> Iterator[StoredEvent]:
+        """See :meth:`EventStore.read_experiment`."""
+        db = self._db
+        with translated("reading an experiment", db.url), db.read() as conn:
+            experiment_id = db.experiment_id(conn, experiment)
+        remaining = limit
+        after = from_position
+        while remaining is None or remaining > 0:
+            page = _READ_PAGE if remaining is None else min(_READ_PAGE, remaining)
+            query = (
+                select(*EVENT_COLUMNS)
+                .where(events.c.experiment_id == experiment_id, events.c.position > after)
+                .order_by(events.c.position)
+                .limit(page)
+            )
+            if upto_time is not None:
+                query = query.where(events.c.recorded_at <= utc(upto_time))
+            with translated("reading an experiment", db.url), db.read() as conn:
+                rows = conn.execute(query).all()
+            for row in rows:
+                yield stored_event(row, experiment)
+            if len(rows) < page:
+                return
+            after = rows[-1][0]
+            if remaining is not None:
+                remaining -= len(rows)
+
+    def read_fold_rows(
+        self,
+        experiment: str,
+        *,
+        upto_position: int | None = None,
+        upto_time: datetime | None = None,
+    ) -> Iterator[FoldRow]:
+        """See :meth:`EventStore.read_fold_rows`."""
+        db = self._db
+        with translated("reading an experiment", db.url), db.read() as conn:
+            experiment_id = db.experiment_id(conn, experiment)
+        query = select(*FOLD_COLUMNS).where(events.c.experiment_id == experiment_id)
+        if upto_position is not None:
+            query = query.where(events.c.position <= upto_position)
+        if upto_time is not None:
+            query = query.where(events.c.recorded_at <= utc(upto_time))
+        query = query.order_by(events.c.position).limit(_FOLD_PAGE)
+        after = 0
+        while True:
+            with translated("reading an experiment", db.url), db.read() as conn:
+                rows = conn.execute(query.where(events.c.position > after)).all()
+            yield from rows
+            if len(rows) < _FOLD_PAGE:
+                return
+            after = rows[-1][0]
+
+    def list_trials(self, experiment: str) -> list[str]:
+        """See :meth:`EventStore.list_trials`."""
+        db = self._db
+        with translated("listing trials", db.url), db.read() as conn:
+            return _trial_ids(conn, db.experiment_id(conn, experiment))
+
+    def list_experiments(self) -> list[ExperimentInfo]:
+        """See :meth:`EventStore.list_experiments`."""
+        counts = (
+            select(
+                events.c.experiment_id,
+                func.count(func.distinct(events.c.trial_id)).label("trials"),
+                func.count().label("events"),
+                func.max(events.c.recorded_at).label("last"),
+            )
+            .group_by(events.c.experiment_id)
+            .subquery()
+        )
+        query = (
+            select(experiments, counts.c.trials, counts.c.events, counts.c.last)
+            .outerjoin(counts, counts.c.experiment_id == experiments.c.id)
+            .order_by(experiments.c.name)
+        )
+        with translated("listing experiments", self._db.url), self._db.read() as conn:
+            rows = conn.execute(query).all()
+        return [experiment_info(row) for row in rows]
+
+    def list_sessions(self, experiment: str) -> list[SessionInfo]:
+        """See :meth:`EventStore.list_sessions`."""
+        db = self._db
+        with translated("listing driver sessions", db.url), db.read() as conn:
+            experiment_id = db.experiment_id(conn, experiment)
+            rows = conn.execute(
+                select(driver_sessions)
+                .where(driver_sessions.c.experiment_id == experiment_id)
+                .order_by(driver_sessions.c.epoch)
+            ).all()
+        return [session_info(row, experiment) for row in rows]
+
+
+def _has_trial(conn: Connection, experiment_id: int, trial_id: str) -> bool:
+    return (
+        conn.execute(
+            select(events.c.seq)
+            .where(events.c.experiment_id == experiment_id, events.c.trial_id == trial_id)
+            .limit(1)
+        ).first()
+        is not None
+    )
+
+
+def _trial_ids(conn: Connection, experiment_id: int) -> list[str]:
+    return list(
+        conn.execute(
+            select(events.c.trial_id)
+            .where(events.c.experiment_id == experiment_id)
+            .group_by(events.c.trial_id)
+            .order_by(events.c.trial_id)
+        ).scalars()
+    )

@@ -1,0 +1,183 @@
+"""Snapshot rows: save (a fenced upsert), load the usable ones, read the events after them.
+
+What a snapshot holds and when it is trusted is :mod:`statemachine.log.snapshot`; this is the
+SQL. A snapshot is only a cache of the log: one that does not decode is treated as absent
+(its trial is folded from its events, with one warning), never as an error.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import func, select
+
+from statemachine.domain.state import TrialState
+from statemachine.exceptions import EventDecodeError, FencedError, StoreError
+from statemachine.log.engine import translated
+from statemachine.log.mapper import EVENT_COLUMNS, stored_event
+from statemachine.log.queries import chunks, last_seqs
+from statemachine.log.records import DriverSession, StoredEvent, utcnow
+from statemachine.log.schema import events, experiments, snapshots
+from statemachine.log.snapshot import decode_state, encode_state, machine_version
+
+if TYPE_CHECKING:
+    from statemachine.log.store import Connections
+
+logger = logging.getLogger("statemachine.log")
+
+_SNAPSHOT_VALUES = ("seq", "state", "machine_version", "epoch", "taken_at")
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotLoad:
+    """The usable snapshots of an experiment's trials, and the trials whose one is unusable.
+
+    ``unusable`` trials have a snapshot written by this state machine that does not decode;
+    they are folded from all their events (:meth:`EventStore.read_tails` ``refold=``).
+    """
+
+    states: dict[str, TrialState]
+    unusable: frozenset[str] = field(default_factory=frozenset)
+
+
+class SnapshotTable:
+    """The snapshot side of one store."""
+
+    def __init__(self, db: Connections) -> None:
+        self._db = db
+
+    def save(self, session: DriverSession, states: Iterable[TrialState]) -> int:
+        """See :meth:`EventStore.save_snapshots`."""
+        states = [s for s in states if s.seq > 0]
+        if not states:
+            return 0
+        db = self._db
+        now = utcnow()
+        tag = machine_version()
+        rows = [
+            {
+                "experiment_id": session.experiment_id,
+                "trial_id": s.trial_id,
+                "seq": s.seq,
+                "state": encode_state(s),
+                "machine_version": tag,
+                "epoch": session.epoch,
+                "taken_at": now,
+            }
+            for s in states
+        ]
+        upsert = db.backend.insert(snapshots)
+        upsert = upsert.on_conflict_do_update(
+            index_elements=[snapshots.c.experiment_id, snapshots.c.trial_id],
+            set_={name: upsert.excluded[name] for name in _SNAPSHOT_VALUES},
+            where=snapshots.c.seq <= upsert.excluded.seq,
+        )
+        with db.lock, translated("saving snapshots", db.url), db.write() as conn:
+            epoch = conn.execute(
+                db.lock_for_share(
+                    select(experiments.c.epoch).where(experiments.c.id == session.experiment_id)
+                )
+            ).scalar_one()
+            if epoch != session.epoch:
+                raise FencedError(session.experiment, session.epoch, epoch)
+            last = last_seqs(conn, session.experiment_id, [s.trial_id for s in states])
+            for s in states:
+                if s.seq > last.get(s.trial_id, 0):
+                    raise StoreError(
+                        f"snapshot of trial {s.trial_id!r} at seq {s.seq} is ahead of its "
+                        f"stored events (last seq {last.get(s.trial_id, 0)}); not saved"
+                    )
+            conn.execute(upsert, rows)
+        return len(rows)
+
+    def load(self, experiment: str) -> SnapshotLoad:
+        """See :meth:`EventStore.load_snapshot_set`."""
+        db = self._db
+        with translated("loading snapshots", db.url), db.read() as conn:
+            experiment_id = db.experiment_id(conn, experiment)
+            rows = conn.execute(
+                select(snapshots.c.trial_id, snapshots.c.state).where(
+                    snapshots.c.experiment_id == experiment_id,
+                    snapshots.c.machine_version == machine_version(),
+                )
+            ).all()
+        states: dict[str, TrialState] = {}
+        unusable: dict[str, str] = {}
+        for trial_id, text in rows:
+            try:
+                states[trial_id] = decode_state(text, trial_id)
+            except EventDecodeError as exc:
+                unusable[trial_id] = str(exc)
+        if unusable:
+            first = next(iter(unusable.values()))
+            logger.warning(
+                "statemachine: %d snapshot(s) of experiment %r do not decode and are ignored "
+                "(their trials are folded from their events; the next snapshot replaces "
+                "them): %s%s",
+                len(unusable), experiment, first,
+                f" (and {len(unusable) - 1} more)" if len(unusable) > 1 else "",
+            )  # fmt: skip
+        return SnapshotLoad(states, frozenset(unusable))
+
+    def read_tails(
+        self, experiment: str, *, refold: Collection[str] = ()
+    ) -> Iterator[StoredEvent]:
+        """See :meth:`EventStore.read_tails`."""
+        db = self._db
+        tag = machine_version()
+        with translated("reading events after snapshots", db.url), db.read() as conn:
+            experiment_id = db.experiment_id(conn, experiment)
+            # Each trial's last seq, read from the (experiment, trial, seq) index alone (an
+            # aggregate: the database computes it before joining anything to it) ...
+            last = (
+                select(events.c.trial_id, func.max(events.c.seq).label("last_seq"))
+                .where(events.c.experiment_id == experiment_id)
+                .group_by(events.c.trial_id)
+                .subquery("last")
+            )
+            # ... against its usable snapshot: only trials with events past it have a tail.
+            after = func.coalesce(snapshots.c.seq, 0)
+            behind = (
+                select(last.c.trial_id, after.label("after_seq"))
+                .select_from(
+                    last.outerjoin(
+                        snapshots,
+                        (snapshots.c.experiment_id == experiment_id)
+                        & (snapshots.c.trial_id == last.c.trial_id)
+                        & (snapshots.c.machine_version == tag),
+                    )
+                )
+                .where(last.c.last_seq > after)
+                .subquery("behind")
+            )
+            rows: Sequence[Any] = conn.execute(
+                select(*EVENT_COLUMNS)
+                .select_from(
+                    behind.join(
+                        events,
+                        (events.c.experiment_id == experiment_id)
+                        & (events.c.trial_id == behind.c.trial_id)
+                        & (events.c.seq > behind.c.after_seq),
+                    )
+                )
+                .order_by(events.c.trial_id, events.c.seq)
+            ).all()
+            if refold:
+                # Rare (a snapshot that does not decode): those trials whole, from seq 1.
+                whole = [
+                    row
+                    for ids in chunks(sorted(refold))
+                    for row in conn.execute(
+                        select(*EVENT_COLUMNS)
+                        .where(events.c.experiment_id == experiment_id, events.c.trial_id.in_(ids))
+                        .order_by(events.c.trial_id, events.c.seq)
+                    )
+                ]
+                rows = sorted(
+                    [row for row in rows if row[1] not in refold] + whole,
+                    key=lambda row: (row[1], row[2]),
+                )
+        return (stored_event(row, experiment) for row in rows)
