@@ -121,11 +121,22 @@ def close_matches(name: str, candidates: Iterable[str]) -> list[str]:
 class UnknownExperimentError(StoreError, LookupError):
     """No experiment of that name is in the store; ``suggestions`` lists close names."""
 
-    def __init__(self, name: str, suggestions: list[str]) -> None:
+    def __init__(
+        self, name: str, suggestions: list[str], available: list[str] | None = None
+    ) -> None:
         self.name = name
         self.suggestions = suggestions
         hint = f"; did you mean {', '.join(map(repr, suggestions))}?" if suggestions else ""
+        if not suggestions and available is not None:
+            hint = (f"; it holds {_listed(available)}" if available
+                    else "; it holds no experiment yet")
         super().__init__(f"no experiment named {name!r} in this event log{hint}")
+
+
+def _listed(names: list[str], most: int = 8) -> str:
+    """``'a', 'b' and 3 more``: names for a one-line message."""
+    shown = ", ".join(map(repr, names[:most]))
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 class ExperimentExistsError(StoreError):
@@ -134,6 +145,15 @@ class ExperimentExistsError(StoreError):
 
 class ExportFormatError(StateMachineError, ValueError):
     """An export file that is not valid (the message names the file and line); nothing written."""
+
+
+class ExportDivergedError(ExportFormatError):
+    """An export whose replay diverges from what it recorded; imported only with ``force``."""
+
+    def __init__(self, message: str, divergence: object) -> None:
+        super().__init__(message)
+        #: The first divergence (a :class:`statemachine.log.Divergence`).
+        self.divergence = divergence
 
 
 class UnknownTrialError(StoreError, LookupError):

@@ -43,7 +43,7 @@ def test_import_star_without_ray() -> None:
     done = _python(code)
     assert done.returncode == 0, done.stderr
     assert "REFUSED UnsupportedRayError" in done.stdout
-    assert "pip install 'statemachine[ray]'" in done.stdout
+    assert "pip install 'tune-trial-statemachine[ray]'" in done.stdout
 
 
 def test_import_star_does_not_import_ray() -> None:

@@ -62,21 +62,40 @@ def _unwrap_ray(exc: BaseException) -> tuple[BaseException, str | None, bool | N
     return exc, None, None
 
 
+def _carried_trial_error(cause: BaseException) -> TrialError | None:
+    """A :class:`TrialError` that Ray carried, possibly through nested ``RayTaskError``s
+    (a Ray Train worker's error reaches Tune through the trainer's actor)."""
+    for _ in range(8):
+        if isinstance(cause, TrialError):
+            return cause
+        inner = getattr(cause, "cause", None) if _from_ray(cause) else None
+        if not isinstance(inner, BaseException):
+            return None
+        cause = inner
+    return None
+
+
 def classify(
     exc: BaseException, phase: Status, fatal_types: Iterable[str] = ()
 ) -> TrialError:
     """Map ``exc``, raised while the trial was in ``phase``, to a typed failure.
 
-    Rules, in order: a :class:`TrialError` is returned as it is; an exception whose type (or
+    Rules, in order: a :class:`TrialError` is returned as it is (also when Ray carried it
+    from the trial's actor, wrapped in a ``RayTaskError``); an exception whose type (or
     any base, by short or qualified name) is listed in ``fatal_types`` or is Tune's
     ``_AbortTrialExecution`` becomes :class:`AbortError`; anything raised while ``RESTORING``
     is a :class:`RestoreError`; Ray's ``RayTaskError`` is unwrapped to its cause; a
     ``RayActorError`` becomes :class:`ActorError` with its ``preempted`` flag; anything else
     is a :class:`TrainingError`.
     """
-    if isinstance(exc, TrialError):
+    if isinstance(exc, TrialError) and not _from_ray(exc):
         return exc
     cause, ray_traceback, preempted = _unwrap_ray(exc) if _from_ray(exc) else (exc, None, None)
+    carried = _carried_trial_error(cause)
+    if carried is not None:
+        # Typed in the trial's own process (``statemachine.tune.restoring``) and carried
+        # through Ray: as it was raised, whatever Ray's phase (a plain copy, never a dual).
+        return TrialError.from_dict(carried.to_dict())
     names = _type_names(exc) | _type_names(cause)
     cause_type = qualified_name(type(cause))
     message = str(cause)

@@ -11,7 +11,7 @@ automatically, and a property test proves both paths give equal states and recor
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from transitions import Machine
 
@@ -22,7 +22,8 @@ from statemachine.domain.state import TrialState
 from statemachine.domain.status import Status
 from statemachine.exceptions import InvalidTransitionError
 
-_Guard = tuple[Callable[[Any], Any], bool]
+_Callback = Callable[[Any], Any]
+_Guard = tuple[_Callback, bool]
 _Branch = tuple[tuple[_Guard, ...], tuple[Callable[[Any], Any], ...], Status | None]
 
 
@@ -53,7 +54,9 @@ def compile_machine(machine: Machine = MACHINE) -> dict[tuple[str, Status], tupl
                 ):
                     raise ValueError(f"transition {t!r}: callbacks must be callables")
                 dest = Status[t.dest] if t.dest is not None else None
-                branches.append((conditions, tuple(t.before), dest))
+                guards = tuple((cast(_Callback, func), target) for func, target in conditions)
+                befores = tuple(cast(_Callback, func) for func in t.before)
+                branches.append((guards, befores, dest))
             table[(name, Status[source])] = tuple(branches)
     return table
 

@@ -41,7 +41,10 @@ class Event:
 
     def to_payload(self) -> dict[str, Any]:
         """The JSON payload of this event (without its type and version)."""
-        return {f.name: _to_json(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        names = _FIELD_NAMES.get(type(self))
+        if names is None:
+            names = _FIELD_NAMES[type(self)] = tuple(f.name for f in dataclasses.fields(self))
+        return {name: _to_json(getattr(self, name)) for name in names}
 
     #: Payload fields that must be present (their defaults are only placeholders).
     required: ClassVar[tuple[str, ...]] = ()
@@ -57,6 +60,10 @@ class Event:
         """
         decode = _DECODERS.get(cls) or _compile_decoder(cls)
         return decode(payload)
+
+
+#: Each event class's field names (``dataclasses.fields`` builds its tuple on every call).
+_FIELD_NAMES: dict[type[Event], tuple[str, ...]] = {}
 
 
 def _to_json(value: Any) -> Any:
@@ -294,11 +301,11 @@ class PolicySet(Event):
     """The retry policy in force for this trial from now on.
 
     Version 2: the policy may carry ``avoid_failed_nodes`` and ``avoid_nodes_wait_s`` (a
-    version 1 policy lacks them: they take their defaults).
+    version 1 policy lacks them: they take their defaults). Version 3: ``restore_phase``.
     """
 
     type_name = "PolicySet"
-    version = 2
+    version = 3
     trigger = "set_policy"
     required = ("policy",)
     policy: RetryPolicy = field(default_factory=RetryPolicy)
@@ -312,7 +319,7 @@ def with_policy(event: Event, in_force: RetryPolicy, session: RetryPolicy) -> li
     default for a new trial), a ``PolicySet`` of the session's policy goes first. A
     ``PolicySet`` itself goes alone.
     """
-    if isinstance(event, PolicySet) or in_force == session:
+    if in_force is session or isinstance(event, PolicySet) or in_force == session:
         return [event]
     return [PolicySet(policy=session), event]
 
@@ -356,6 +363,70 @@ class TrialReset(Event):
     from_scratch: bool = False
 
 
+@dataclass(frozen=True)
+class CountersAdopted(Event):
+    """The trial's failure counters were taken from elsewhere, because the log does not hold
+    its whole history (``source`` says where from, e.g. Ray's restored experiment state).
+
+    The log then never grants a retry that was spent before it saw the trial: from this event
+    on ``failures`` and ``preemptions`` are the adopted values (restore failures are never
+    saved by Ray, so none are adopted).
+    """
+
+    type_name = "CountersAdopted"
+    trigger = "adopt_counters"
+    failures: int = 0
+    preemptions: int = 0
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class TrialRecreated(Event):
+    """A new trial now stands behind an id whose earlier trial ended: a new incarnation.
+
+    Ray can create a trial with an id the log has already seen ended (a restored experiment
+    whose param space is overwritten, runs that reuse fixed ids in one folder). The new trial
+    starts with its own counters and no checkpoints; the earlier incarnation's events stay.
+    """
+
+    type_name = "TrialRecreated"
+    trigger = "recreate"
+    config: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ExperimentRenamed(Event):
+    """The trial's experiment continues under a new name: its folder was moved or renamed and
+    ``Tuner.restore`` found its log there, holding the same trials under ``old_name``.
+
+    Changes nothing in the fold (the trial keeps its history and counters); it says where the
+    history was recorded before.
+    """
+
+    type_name = "ExperimentRenamed"
+    trigger = "note_rename"
+    old_name: str = ""
+    new_name: str = ""
+    old_storage_path: str | None = None
+    new_storage_path: str | None = None
+
+
+@dataclass(frozen=True)
+class FirstResult(Event):
+    """The first result of the trial's current attempt (one per start, not per result).
+
+    It ends the stretch in which ``RetryPolicy(restore_phase="until_first_report")`` counts a
+    failure as a restore failure, and confirms a restore marked with
+    :func:`statemachine.tune.restoring`. ``iteration`` is the result's
+    ``training_iteration`` (``None``: not reported).
+    """
+
+    type_name = "FirstResult"
+    trigger = "first_result"
+    iteration: int | None = None
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type_name: cls
     for cls in (
@@ -373,6 +444,10 @@ EVENT_TYPES: dict[str, type[Event]] = {
         TrialReset,
         NodesAvoided,
         NodeAvoidanceDropped,
+        CountersAdopted,
+        TrialRecreated,
+        ExperimentRenamed,
+        FirstResult,
     )
 }
 

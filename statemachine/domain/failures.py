@@ -50,7 +50,11 @@ class TrialError(Exception):
                 "message": data["message"],
                 "traceback": data.get("traceback", ""),
             }
-            if not all(isinstance(value, str) for value in kwargs.values()):
+            if not (
+                isinstance(kwargs["cause_type"], str)
+                and isinstance(kwargs["message"], str)
+                and isinstance(kwargs["traceback"], str)
+            ):
                 raise TypeError("cause_type, message and traceback must be strings")
             if cls is ActorError:
                 if not isinstance(data["preempted"], bool):
@@ -63,7 +67,7 @@ class TrialError(Exception):
             ) from None
 
     def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and self.to_dict() == other.to_dict()  # type: ignore[attr-defined]
+        return type(self) is type(other) and self.to_dict() == other.to_dict()
 
     def __hash__(self) -> int:
         return hash((self.kind, self.cause_type, self.message))

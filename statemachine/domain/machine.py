@@ -16,21 +16,23 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from transitions import EventData, Machine, MachineError
 
 from statemachine.domain.events import (
     CheckpointSaved,
     CheckpointsDiscarded,
+    CountersAdopted,
     Event,
     PolicySet,
     TrialFailed,
+    TrialRecreated,
     TrialReset,
     TrialStarted,
 )
-from statemachine.domain.failures import ActorError, TrialError
-from statemachine.domain.policy import ExhaustionAction, RetryPolicy
+from statemachine.domain.failures import ActorError, RestoreError, TrialError
+from statemachine.domain.policy import ExhaustionAction, RestorePhase, RetryPolicy
 from statemachine.domain.state import CHECKPOINT_HISTORY, Counters, TrialState
 from statemachine.domain.status import Decision, Status
 from statemachine.exceptions import InvalidTransitionError
@@ -74,7 +76,7 @@ class TransitionRecord:
 
 
 def _state(ed: EventData) -> TrialState:
-    return ed.model  # type: ignore[no-any-return]
+    return cast(TrialState, ed.model)
 
 
 def _policy(ed: EventData) -> RetryPolicy:
@@ -100,9 +102,35 @@ def is_fatal(ed: EventData) -> bool:
     return not error.retryable or _policy(ed).is_fatal(error.cause_type)
 
 
+def _episode(state: TrialState) -> tuple[str | None, int]:
+    """The restore episode a failure belongs to: ``(checkpoint, restore failures)``.
+
+    While RUNNING with an unconfirmed restore (see :func:`user_restore_failure`) that is the
+    episode Ray closed when its own restore returned; otherwise the current one.
+    """
+    if state.status is Status.RUNNING and state.unconfirmed_restore is not None:
+        return state.unconfirmed_restore, state.unconfirmed_restore_failures
+    return state.restoring_from, state.restore_failures
+
+
 def restore_retry_left(ed: EventData) -> bool:
     """Restore failures in this episode are still below ``restore_retry_num``."""
-    return _state(ed).restore_failures < _policy(ed).restore_retry_num
+    return _episode(_state(ed))[1] < _policy(ed).restore_retry_num
+
+
+def user_restore_failure(ed: EventData) -> bool:
+    """A failure while RUNNING that belongs to the restore Ray already called succeeded.
+
+    The attempt started from a checkpoint and has reported no result yet, and either the
+    user's code marked its own restore (a ``RestoreError`` raised by
+    ``statemachine.tune.restoring()``) or the policy's ``restore_phase`` is
+    ``until_first_report``.
+    """
+    state = _state(ed)
+    if state.unconfirmed_restore is None:
+        return False
+    return (isinstance(_error(ed), RestoreError)
+            or _policy(ed).restore_phase is RestorePhase.UNTIL_FIRST_REPORT)
 
 
 def next_failure_within(ed: EventData) -> bool:
@@ -148,7 +176,7 @@ def has_older_checkpoint(ed: EventData) -> bool:
     one being restored is not among them (named by the start event, or discarded since).
     """
     state = _state(ed)
-    current = state.restoring_from or state.latest_checkpoint
+    current = _episode(state)[0] or state.latest_checkpoint
     if current not in state.checkpoints:
         return bool(state.checkpoints)
     return state.checkpoints.index(current) > 0
@@ -225,6 +253,61 @@ def end_restore_episode(ed: EventData) -> None:
     state.excluded_nodes = ()
 
 
+def hold_unconfirmed_restore(ed: EventData) -> None:
+    """Ray's restore returned: keep its episode until the attempt's first result.
+
+    Ray ends the episode here (its counter goes back to 0, as the fold's does); a function
+    trainable loads its checkpoint only afterwards, in the user's code, so the episode is kept
+    aside for a failure of that load.
+    """
+    state = _state(ed)
+    state.unconfirmed_restore = state.restoring_from or state.latest_checkpoint
+    state.unconfirmed_restore_failures = state.restore_failures
+
+
+def reopen_restore_episode(ed: EventData) -> None:
+    """A failure of the user's restore continues the episode held aside."""
+    state = _state(ed)
+    state.restoring_from = state.unconfirmed_restore
+    state.restore_failures = state.unconfirmed_restore_failures
+    state.unconfirmed_restore = None
+    state.unconfirmed_restore_failures = 0
+    state.user_restore_failed = True
+
+
+def continue_user_restore(ed: EventData) -> None:
+    """A new attempt of an attempt that restored and never reported (a driver restart, a
+    pause): the episode held aside goes on when it is the user's restore (one of its
+    failures was, or ``restore_phase`` is ``until_first_report``) and the checkpoint is the
+    same; otherwise Ray's own restore had ended it."""
+    state = _state(ed)
+    held = state.unconfirmed_restore
+    state.unconfirmed_restore = None
+    if held is None:
+        return
+    event = ed.kwargs["event"]
+    target = (
+        event.restore_from if isinstance(event, TrialStarted) and event.restore_from else None
+    ) or state.latest_checkpoint
+    users = (state.user_restore_failed
+             or _policy(ed).restore_phase is RestorePhase.UNTIL_FIRST_REPORT)
+    if users and target == held and state.restoring_from is None:
+        state.restoring_from = held
+        state.restore_failures = state.unconfirmed_restore_failures
+    else:
+        state.user_restore_failed = False
+    state.unconfirmed_restore_failures = 0
+
+
+def close_user_restore(ed: EventData) -> None:
+    """The restore is confirmed (a result came, or a failure outside the restore), or the
+    trial starts without one: nothing is held aside any more."""
+    state = _state(ed)
+    state.unconfirmed_restore = None
+    state.unconfirmed_restore_failures = 0
+    state.user_restore_failed = False
+
+
 def discard_all_checkpoints(ed: EventData) -> None:
     """Forget every checkpoint: the trial starts from scratch."""
     _state(ed).checkpoints = ()
@@ -284,6 +367,36 @@ def reset_trial(ed: EventData) -> None:
     state.excluded_nodes = ()
 
 
+def adopt_counters(ed: EventData) -> None:
+    """The adopted failure counters replace the log's (its history was incomplete)."""
+    event = ed.kwargs["event"]
+    assert isinstance(event, CountersAdopted)
+    state = _state(ed)
+    state.failures = event.failures
+    state.preemptions = event.preemptions
+
+
+def recreate_trial(ed: EventData) -> None:
+    """A new trial behind the id of an ended one: everything starts anew but the id."""
+    event = ed.kwargs["event"]
+    assert isinstance(event, TrialRecreated)
+    state = _state(ed)
+    state.failures = 0
+    state.restore_failures = 0
+    state.total_restore_failures = 0
+    state.preemptions = 0
+    state.checkpoints = ()
+    state.restoring_from = None
+    state.last_error = None
+    state.last_decision = None
+    state.last_failure_node = None
+    state.excluded_nodes = ()
+    state.unconfirmed_restore = None
+    state.unconfirmed_restore_failures = 0
+    state.user_restore_failed = False
+    state.incarnation += 1
+
+
 def drop_avoidance(ed: EventData) -> None:
     """The exclusion of failed nodes is dropped: the next attempt may run anywhere."""
     _state(ed).excluded_nodes = ()
@@ -308,7 +421,7 @@ def _fail_transitions() -> list[dict[str, Any]]:
     # handles the failure like any other, so they follow the training rules.
     active = [Status.PENDING, Status.RUNNING, Status.PAUSED]
     within = [next_failure_within]
-    return [
+    restore_rules = [
         # While RESTORING, every failure follows the restore rules (as Ray's handle_error).
         dict(source=restoring, dest=Status.ERROR, conditions=[is_fatal],
              before=[record_error, count_failure, decide(Decision.GIVE_UP)]),
@@ -338,6 +451,17 @@ def _fail_transitions() -> list[dict[str, Any]]:
         dict(source=restoring, dest=Status.ERROR,
              before=[record_error, count_failure, count_exhausted_restore,
                      decide(Decision.GIVE_UP)]),
+    ]
+    # The same rules for a failure of the user's own restore, after Ray's (RUNNING).
+    user_restore = [
+        dict(rule, source=[Status.RUNNING],
+             conditions=[user_restore_failure, *rule.get("conditions", [])],
+             before=[reopen_restore_episode, *rule["before"]])
+        for rule in restore_rules
+    ]
+    rules: list[dict[str, Any]] = [
+        *restore_rules,
+        *user_restore,
         # Failures while starting or training.
         dict(source=active, dest=Status.ERROR, conditions=[is_fatal],
              before=[record_error, count_failure, decide(Decision.GIVE_UP)]),
@@ -351,6 +475,10 @@ def _fail_transitions() -> list[dict[str, Any]]:
         dict(source=active, dest=Status.ERROR,
              before=[record_error, count_failure, decide(Decision.GIVE_UP)]),
     ]
+    # A training failure confirms the restore before it (the failure was not in the restore).
+    for rule in rules[len(restore_rules) + len(user_restore):]:
+        rule["before"] = [close_user_restore, *rule["before"]]
+    return rules
 
 
 def transition_table() -> list[dict[str, Any]]:
@@ -359,10 +487,13 @@ def transition_table() -> list[dict[str, Any]]:
     table: list[dict[str, Any]] = [
         dict(trigger="add", source=Status.NEW, dest=Status.PENDING),
         dict(trigger="start", source=Status.PENDING, dest=Status.RESTORING,
-             conditions=[has_checkpoint], before=[begin_restore]),
-        dict(trigger="start", source=Status.PENDING, dest=Status.RUNNING),
+             conditions=[has_checkpoint], before=[continue_user_restore, begin_restore]),
+        dict(trigger="start", source=Status.PENDING, dest=Status.RUNNING,
+             before=[close_user_restore]),
         dict(trigger="restored", source=Status.RESTORING, dest=Status.RUNNING,
-             before=[end_restore_episode]),
+             before=[hold_unconfirmed_restore, end_restore_episode]),
+        dict(trigger="first_result", source=every, dest=None,
+             before=[close_user_restore]),
         dict(trigger="checkpoint", source=[*LIVE, Status.TERMINATED], dest=None,
              before=[add_checkpoint]),
         dict(trigger="pause", source=Status.RUNNING, dest=Status.PAUSED),
@@ -371,11 +502,16 @@ def transition_table() -> list[dict[str, Any]]:
              dest=Status.PENDING),
         dict(trigger="complete", source=Status.RUNNING, dest=Status.TERMINATED),
         dict(trigger="stop", source=LIVE, dest=Status.TERMINATED),
-        dict(trigger="reset", source=ENDED, dest=Status.PENDING, before=[reset_trial]),
+        dict(trigger="reset", source=ENDED, dest=Status.PENDING,
+             before=[reset_trial, close_user_restore]),
         dict(trigger="discard_checkpoints", source=every, dest=None, before=[forget_discarded]),
         dict(trigger="set_policy", source=every, dest=None, before=[set_policy]),
         dict(trigger="avoid_nodes", source=every, dest=None),
         dict(trigger="drop_avoidance", source=every, dest=None, before=[drop_avoidance]),
+        dict(trigger="adopt_counters", source=[*LIVE, *ENDED], dest=None,
+             before=[adopt_counters]),
+        dict(trigger="recreate", source=ENDED, dest=Status.PENDING, before=[recreate_trial]),
+        dict(trigger="note_rename", source=every, dest=None),
     ]
     table += [dict(trigger="fail", **spec) for spec in _fail_transitions()]
     return table
@@ -427,7 +563,7 @@ def apply(
         status_after=state.status,
         decision=state.last_decision if failed else None,
         counters=state.counters,
-        error=event.error if failed else None,
+        error=event.error if isinstance(event, TrialFailed) else None,
     )
 
 

@@ -33,6 +33,20 @@ class ExhaustionAction(str, Enum):
         return self.value
 
 
+class RestorePhase(str, Enum):
+    """Which failures of a trial that starts from a checkpoint count as restore failures."""
+
+    RAY = "ray"
+    """Ray's own: only a failure while Ray restores (``Trainable.restore``), plus any failure
+    the user's code raises inside :func:`statemachine.tune.restoring`."""
+    UNTIL_FIRST_REPORT = "until_first_report"
+    """Also every failure after the restore and before the attempt's first result (a
+    function trainable loads its checkpoint itself, in that stretch)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How a trial's failures are counted and when it gives up.
@@ -49,6 +63,9 @@ class RetryPolicy:
             current restore episode already failed (off: Ray's own placement).
         avoid_nodes_wait_s: how long a retry waits for another node before the exclusion is
             dropped and it runs anywhere (at once when no other node could host it).
+        restore_phase: ``"ray"`` (Ray's restore phase) or ``"until_first_report"`` (a
+            failure of an attempt that started from a checkpoint, before its first result,
+            is a restore failure); see :class:`RestorePhase`.
     """
 
     max_failures: int = 0
@@ -60,6 +77,7 @@ class RetryPolicy:
     fatal_exception_types: tuple[str, ...] = field(default_factory=tuple)
     avoid_failed_nodes: bool = False
     avoid_nodes_wait_s: int = 60
+    restore_phase: RestorePhase = RestorePhase.RAY
 
     def __post_init__(self) -> None:
         def _int(name: str, value: object, minimum: int | None) -> None:
@@ -85,6 +103,14 @@ class RetryPolicy:
                 f"on_restore_exhausted must be one of {choices}, got {self.on_restore_exhausted!r}"
             ) from None
         object.__setattr__(self, "on_restore_exhausted", action)
+        try:
+            phase = RestorePhase(self.restore_phase)
+        except ValueError:
+            choices = ", ".join(p.value for p in RestorePhase)
+            raise PolicyError(
+                f"restore_phase must be one of {choices}, got {self.restore_phase!r}"
+            ) from None
+        object.__setattr__(self, "restore_phase", phase)
         fatal = self.fatal_exception_types
         if isinstance(fatal, str) or not all(isinstance(n, str) and n for n in fatal):
             raise PolicyError(

@@ -53,6 +53,18 @@ class TrialState:
     excluded_nodes: tuple[str, ...] = ()
     """Node ids where the current restore episode failed, avoided by its next attempt
     (``RetryPolicy.avoid_failed_nodes``); empty otherwise."""
+    incarnation: int = 0
+    """How many times a new trial took over this id after an earlier one ended
+    (``TrialRecreated``); 0 for the first trial behind the id."""
+    unconfirmed_restore: str | None = None
+    """Checkpoint Ray restored the current attempt from, while no result of the attempt has
+    come yet: a failure of the user's restore (``restoring()``, or any failure under
+    ``restore_phase="until_first_report"``) continues that restore episode."""
+    unconfirmed_restore_failures: int = 0
+    """The restore failures of that episode (Ray's own counter went back to 0)."""
+    user_restore_failed: bool = False
+    """The current restore episode holds a failure of the user's own restore: it goes on
+    across a new attempt that restarts before its first result (a driver restart)."""
 
     @property
     def counters(self) -> Counters:
@@ -83,6 +95,10 @@ class TrialState:
             self.seq,
             self.last_failure_node,
             self.excluded_nodes,
+            self.incarnation,
+            self.unconfirmed_restore,
+            self.unconfirmed_restore_failures,
+            self.user_restore_failed,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -104,11 +120,16 @@ class TrialState:
                 self.last_failure_node.to_dict() if self.last_failure_node else None
             ),
             "excluded_nodes": list(self.excluded_nodes),
+            "incarnation": self.incarnation,
+            "unconfirmed_restore": self.unconfirmed_restore,
+            "unconfirmed_restore_failures": self.unconfirmed_restore_failures,
+            "user_restore_failed": self.user_restore_failed,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrialState:
-        """Rebuild a state from :meth:`to_dict` output (an older one lacks the node fields)."""
+        """Rebuild a state from :meth:`to_dict` output (an older one lacks the node fields and
+        the unconfirmed restore)."""
         node = data.get("last_failure_node")
         return cls(
             trial_id=data["trial_id"],
@@ -125,6 +146,10 @@ class TrialState:
             seq=data["seq"],
             last_failure_node=NodeRef.from_dict(node) if node else None,
             excluded_nodes=tuple(data.get("excluded_nodes", ())),
+            incarnation=int(data.get("incarnation", 0)),
+            unconfirmed_restore=data.get("unconfirmed_restore"),
+            unconfirmed_restore_failures=data.get("unconfirmed_restore_failures", 0),
+            user_restore_failed=data.get("user_restore_failed", False),
         )
 
 

@@ -15,7 +15,10 @@ from statemachine.domain.events import (
     EVENT_TYPES,
     CheckpointSaved,
     CheckpointsDiscarded,
+    CountersAdopted,
     Event,
+    ExperimentRenamed,
+    FirstResult,
     NodeAvoidanceDropped,
     NodesAvoided,
     PolicySet,
@@ -24,6 +27,7 @@ from statemachine.domain.events import (
     TrialCompleted,
     TrialFailed,
     TrialPaused,
+    TrialRecreated,
     TrialReset,
     TrialResumed,
     TrialStarted,
@@ -38,7 +42,7 @@ from statemachine.domain.failures import (
 )
 from statemachine.domain.machine import MACHINE
 from statemachine.domain.nodes import NodeRef
-from statemachine.domain.policy import ExhaustionAction, RetryPolicy
+from statemachine.domain.policy import ExhaustionAction, RestorePhase, RetryPolicy
 from statemachine.domain.status import Status
 
 #: Folding is fast, but the first examples pay for imports and caches: no per-example deadline.
@@ -103,6 +107,7 @@ policies = st.builds(
     fatal_exception_types=st.lists(st.sampled_from(FATAL_NAMES), unique=True).map(tuple),
     avoid_failed_nodes=st.booleans(),
     avoid_nodes_wait_s=st.integers(0, 120),
+    restore_phase=st.sampled_from(list(RestorePhase)),
 )
 
 json_values = st.recursive(
@@ -139,6 +144,17 @@ EVENT_STRATEGIES: dict[type[Event], st.SearchStrategy[Event]] = {
         reason=st.sampled_from(["no_other_node", "timeout", "unsupported"]),
         waited_ms=st.none() | st.integers(0, 10**6),
     ),
+    CountersAdopted: st.builds(
+        CountersAdopted, failures=st.integers(0, 5), preemptions=st.integers(0, 3), source=text,
+    ),
+    ExperimentRenamed: st.builds(
+        ExperimentRenamed, old_name=names, new_name=names,
+        old_storage_path=st.none() | names, new_storage_path=st.none() | names,
+    ),
+    TrialRecreated: st.builds(
+        TrialRecreated, config=st.dictionaries(text, json_values, max_size=2), reason=text,
+    ),
+    FirstResult: st.builds(FirstResult, iteration=st.none() | st.integers(0, 10**6)),
 }
 
 any_event: st.SearchStrategy[Event] = st.one_of(*EVENT_STRATEGIES.values())

@@ -1,13 +1,14 @@
 """The key proof: the fold decides exactly as Ray Tune's own ``Trial`` does.
 
-Random sequences of steps (checkpoint, restore succeeded, a failure with a real Ray exception,
-an abort, a driver restart resuming or restarting an errored trial) are fed both to our fold
-and to a real ``ray.tune.experiment.trial.Trial``, with Ray's ``TUNE_RESTORE_RETRY_NUM`` and
-``RAY_TRAIN_COUNT_PREEMPTION_AS_FAILURE`` set in the environment, which Ray reads on every
-failure. ``RayController`` below makes the Ray-side calls ``TuneController`` makes, in the
-same order (no cluster is started: only the trial's bookkeeping runs, for real, including the
-error files it writes). After every step the failure counter, the restore-failure counter,
-the recover/give-up decision and the status must be equal.
+Random sequences of steps (checkpoint, restore succeeded, a first result, a failure with a
+real Ray exception, an abort, a driver restart resuming or restarting an errored trial) are
+fed both to our fold and to a real ``ray.tune.experiment.trial.Trial``, with Ray's
+``TUNE_RESTORE_RETRY_NUM`` and ``RAY_TRAIN_COUNT_PREEMPTION_AS_FAILURE`` set in the
+environment, which Ray reads on every failure. ``RayController`` below makes the Ray-side
+calls ``TuneController`` makes, in the same order (no cluster is started: only the trial's
+bookkeeping runs, for real, including the error files it writes). After every step the failure
+counter, the restore-failure counter, the recover/give-up decision and the status must be
+equal.
 
 The one thing the Trial needs that a cluster would give is a session directory for its driver
 artifacts; ``TmpSessionStorage`` points it at a temporary folder.
@@ -30,6 +31,7 @@ from hypothesis import strategies as st
 from statemachine.domain.classify import classify
 from statemachine.domain.events import (
     CheckpointSaved,
+    FirstResult,
     PolicySet,
     RestoreSucceeded,
     TrialAdded,
@@ -108,7 +110,7 @@ EXCEPTIONS: dict[str, Callable[[], BaseException]] = {
 }
 
 #: Step kinds, weighted by repetition: checkpoints early make most failures restore ones.
-STEPS = ["checkpoint"] * 3 + ["restore_ok"] * 2 + ["fail"] * 8 + [
+STEPS = ["checkpoint"] * 3 + ["restore_ok"] * 2 + ["fail"] * 8 + ["first_result"] * 2 + [
     "abort", "resume_errored", "resume_errored", "restart_errored"]
 
 
@@ -118,6 +120,7 @@ class RayController:
     def __init__(self, root: Path, max_failures: int) -> None:
         self.root = root
         self.checkpoints = 0
+        self.results = 0
         self.trial = self._new_trial(max_failures)
 
     def _new_trial(self, max_failures: int, trial: Any = None) -> Any:
@@ -154,6 +157,12 @@ class RayController:
         """_process_trial_restore."""
         self.trial.on_restore()
         self.trial.set_status(Trial.RUNNING)
+
+    def result(self) -> int:
+        """_on_training_result: the trial takes the result as its last one."""
+        self.results += 1
+        self.trial.update_last_result({"training_iteration": self.results})
+        return self.results
 
     def fail(self, exc: BaseException) -> bool:
         """_process_trial_failure; returns whether the trial recovers."""
@@ -275,6 +284,12 @@ def run_steps(ray: RayController, policy: RetryPolicy, steps: list[tuple[str, st
             ray.checkpoint()
             apply(state, CheckpointSaved(f"checkpoint_{ray.checkpoints:06d}"))
             check("checkpoint")
+        elif kind == "first_result" and state.status is Status.RUNNING:
+            # The first result of an attempt (the callback records no other): it must not
+            # change any decision of the default policy.
+            apply(state, FirstResult(iteration=ray.result()))
+            check("first result")
+            note("first result")
         elif kind == "restore_ok" and state.status is Status.RESTORING:
             ray.restored()
             apply(state, RestoreSucceeded())
