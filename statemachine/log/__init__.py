@@ -15,7 +15,9 @@ from statemachine.log.replay import (
     Divergence,
     ReplayStep,
     SeqGap,
+    SessionSpan,
     TrialReplay,
+    Verifier,
     VerifyResult,
     rehydrate,
     replay_experiment,
@@ -24,9 +26,10 @@ from statemachine.log.replay import (
 )
 from statemachine.log.snapshot_sql import SnapshotLoad
 from statemachine.log.store import EventStore
-from statemachine.log.transfer import ExportFile, export_records, read_export
+from statemachine.log.transfer import EXPORT_SCHEMA, ExportFile, export_records, read_export
 
 __all__ = [
+    "EXPORT_SCHEMA",
     "AppendRequest",
     "Divergence",
     "DriverSession",
@@ -37,9 +40,11 @@ __all__ = [
     "ReplayStep",
     "SeqGap",
     "SessionInfo",
+    "SessionSpan",
     "SnapshotLoad",
     "StoredEvent",
     "TrialReplay",
+    "Verifier",
     "VerifyResult",
     "export_records",
     "read_export",

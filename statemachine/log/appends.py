@@ -25,6 +25,76 @@ from statemachine.log.schema import events, experiments
 if TYPE_CHECKING:
     from statemachine.log.store import Connections
 
+_CHUNK = 256  # trials per statement of last seqs (a column each)
+
+
+class WriteChecks:
+    """The reads a write transaction checks first, compiled once, run on the raw cursor."""
+
+    def __init__(self, db: Connections) -> None:
+        self._dialect = db.engine.dialect
+        self._epoch = Prepared(
+            db.lock_for_share(
+                select(experiments.c.epoch).where(
+                    experiments.c.id == bindparam("experiment_id", type_=Integer())
+                )
+            ),
+            self._dialect,
+        )
+        self._last_seqs: dict[int, Prepared] = {}
+        query = db.backend.last_seqs_query(events)
+        self._last_seqs_grouped = None if query is None else Prepared(query, self._dialect)
+
+    def epoch(self, cursor: Any, experiment_id: int) -> int | None:
+        """The experiment's current epoch (held against a new session on PostgreSQL)."""
+        self._epoch.run(cursor, {"experiment_id": experiment_id})
+        found = cursor.fetchone()
+        return None if found is None else int(found[0])
+
+    def last_seqs(self, cursor: Any, experiment_id: int, trials: set[str]) -> dict[str, int]:
+        """Each trial's last seq (trials without events are absent).
+
+        One row of scalar subqueries, ``max(seq)`` per trial: each one is an index seek
+        (a ``GROUP BY`` over an ``IN`` list would read every row of those trials). The list
+        is padded to a power of two (repeating a trial), so few statements are compiled.
+        """
+        found: dict[str, int] = {}
+        grouped = self._last_seqs_grouped
+        if grouped is not None:
+            for chunk in chunks(sorted(trials)):
+                grouped.run(cursor, {"experiment_id": experiment_id, "trials": chunk})
+                found.update((trial, int(seq)) for trial, seq in cursor.fetchall())
+            return found
+        for chunk in chunks(sorted(trials), _CHUNK):
+            size = 1 << (len(chunk) - 1).bit_length()
+            prepared = self._last_seqs.get(size)
+            if prepared is None:
+                experiment_id_param = bindparam("experiment_id", type_=Integer())
+                prepared = self._last_seqs[size] = Prepared(
+                    select(
+                        *(
+                            select(func.max(events.c.seq))
+                            .where(
+                                events.c.experiment_id == experiment_id_param,
+                                events.c.trial_id
+                                == bindparam(f"t{i}", type_=events.c.trial_id.type),
+                            )
+                            .scalar_subquery()
+                            for i in range(size)
+                        )
+                    ),
+                    self._dialect,
+                )
+            values: dict[str, Any] = {"experiment_id": experiment_id}
+            for i in range(size):
+                values[f"t{i}"] = chunk[min(i, len(chunk) - 1)]
+            prepared.run(cursor, values)
+            row = cursor.fetchone()
+            for trial, seq in zip(chunk, row, strict=False):
+                if seq is not None:
+                    found[trial] = int(seq)
+        return found
+
 
 class Appends:
     """The append statements of one store, compiled once for its database."""
@@ -34,11 +104,20 @@ class Appends:
         dialect = db.engine.dialect
         self._append_one = Prepared(self._append_statement(), dialect)
         self._insert_many = Prepared(
+            db.backend.appended(
+                insert(events).values(
+                    {name: bindparam(name, type_=events.c[name].type) for name in INSERTED}
+                )
+            ),
+            dialect,
+        )
+        self._plain_insert = Prepared(
             insert(events).values(
                 {name: bindparam(name, type_=events.c[name].type) for name in INSERTED}
             ),
             dialect,
         )
+        self.checks = WriteChecks(db)
 
     def _append_statement(self) -> Insert:
         """``INSERT INTO events SELECT <values> FROM experiments WHERE <fence and seq hold>``.
@@ -75,24 +154,22 @@ class Appends:
         row = event_row(session, request, request.event_id or new_event_id(), utcnow())
         with db.lock, translated("appending an event", db.url):
             try:
-                with db.write() as conn:
+                with db.raw_write() as cursor:
                     # Stamped under the write lock: times follow commit order, and an event
                     # of a fenced epoch is always stamped before the newer session began.
                     row["recorded_at"] = utcnow()
-                    result = self._append_one.execute(
-                        conn, {**row, "expected_seq": request.expected_seq}
-                    )
-                    position = db.backend.position(result)
-                    if position is None:
-                        return self.diagnose(conn, session, [row])[0]
-                return inserted_event(row, position, session.experiment)
+                    self._append_one.run(cursor, {**row, "expected_seq": request.expected_seq})
+                    position = db.backend.inserted_position(cursor)
+                if position is not None:
+                    return inserted_event(row, position, session.experiment)
             except IntegrityError:
                 pass  # a concurrent writer won the race for this seq or event id
+            # Nothing inserted: an idempotent retry, a fenced session or a seq conflict.
             with db.write() as conn:
                 return self.diagnose(conn, session, [row])[0]
 
     def append_batch(
-        self, session: DriverSession, requests: Sequence[AppendRequest]
+        self, session: DriverSession, requests: Sequence[AppendRequest], *, returning: bool = True
     ) -> list[StoredEvent]:
         """Append many events in one transaction (see :meth:`EventStore.append_batch`)."""
         if not requests:
@@ -100,40 +177,32 @@ class Appends:
         db = self._db
         now = utcnow()
         rows = [event_row(session, r, r.event_id or new_event_id(), now) for r in requests]
-        trials = [r.trial_id for r in requests]
         with db.lock, translated("appending a batch of events", db.url):
             try:
-                with db.write() as conn:
-                    epoch = conn.execute(
-                        db.lock_for_share(
-                            select(experiments.c.epoch).where(
-                                experiments.c.id == session.experiment_id
+                with db.raw_write() as cursor:
+                    epoch = self.checks.epoch(cursor, session.experiment_id)
+                    last = self.checks.last_seqs(
+                        cursor, session.experiment_id, {r.trial_id for r in requests}
+                    )
+                    positions: list[int] | None = None
+                    if epoch == session.epoch and _chained(requests, last):
+                        now = utcnow()  # under the lock, as in append()
+                        for row in rows:
+                            row["recorded_at"] = now
+                        if returning:
+                            positions = db.backend.insert_many(
+                                cursor, self._insert_many.sql, self._insert_many.many_params(rows)
                             )
-                        )
-                    ).scalar()
-                    last = last_seqs(conn, session.experiment_id, trials)
-                    if epoch != session.epoch or not _chained(requests, last):
-                        return self.diagnose(conn, session, rows)
-                    now = utcnow()  # under the lock, as in append()
-                    for row in rows:
-                        row["recorded_at"] = now
-                    # A plain executemany (RETURNING in parameter order would make SQLite
-                    # insert row by row); the positions are read back by event id.
-                    self._insert_many.execute_many(conn, rows)
-                    positions: dict[str, int] = {}
-                    for ids in chunks([row["event_id"] for row in rows]):
-                        positions.update(
-                            conn.execute(
-                                select(events.c.event_id, events.c.position).where(
-                                    events.c.experiment_id == session.experiment_id,
-                                    events.c.event_id.in_(ids),
-                                )
-                            ).all()
-                        )
-                return [
-                    inserted_event(row, positions[row["event_id"]], session.experiment)
-                    for row in rows
-                ]
+                        else:
+                            plain = self._plain_insert
+                            cursor.executemany(plain.sql, plain.many_params(rows))
+                            positions = []
+                if positions is not None:
+                    experiment = session.experiment
+                    return [
+                        inserted_event(row, position, experiment)
+                        for row, position in zip(rows, positions, strict=returning)
+                    ]
             except IntegrityError:
                 pass
             with db.write() as conn:

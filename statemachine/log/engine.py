@@ -9,6 +9,7 @@ before an engine is made.
 from __future__ import annotations
 
 import contextlib
+import operator
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from sqlalchemy import Dialect, Engine, Executable, create_engine
 from sqlalchemy.engine import URL, Connection, CursorResult, make_url
 from sqlalchemy.exc import DataError, DBAPIError, SQLAlchemyError
 
+from statemachine.distribution import install_hint
 from statemachine.exceptions import ConfigurationError, StoreError, UnstorableValueError
 from statemachine.log.dialect import (
     DEFAULT_BUSY_TIMEOUT_MS,
@@ -74,14 +76,32 @@ def make_engine(
         )
     backend = backend_for(url)
     parsed = make_url(url)
+    creator = None if writable else backend.read_only_creator(parsed)
+    extra: dict[str, Any] = {"creator": creator} if creator is not None else {}
     try:
-        engine = create_engine(parsed, pool_pre_ping=backend.pool_pre_ping)
-    except (SQLAlchemyError, ImportError) as exc:
+        engine = create_engine(parsed, pool_pre_ping=backend.pool_pre_ping, **extra)
+    except ImportError as exc:
+        raise StoreError(_missing_driver(parsed, exc)) from exc
+    except SQLAlchemyError as exc:
         raise StoreError(f"cannot use database URL {describe(parsed)}: {exc}") from exc
     backend.configure_engine(
         engine, writable=writable, synchronous=level, busy_timeout_ms=busy_timeout_ms
     )
     return engine
+
+
+def _missing_driver(url: URL, exc: ImportError) -> str:
+    """One line for a URL whose DBAPI driver is not installed, naming what to install."""
+    module = exc.name or str(exc)
+    if url.get_backend_name() == "postgresql" and url.get_driver_name() == "psycopg":
+        return (
+            f"a PostgreSQL event log needs the psycopg driver, which is not installed "
+            f"(no module {module!r}): {install_hint('postgres')}"
+        )
+    return (
+        f"the database driver for {describe(url)} is not installed (no module {module!r}): "
+        f"install it, or use postgresql+psycopg:// with {install_hint('postgres')}"
+    )
 
 
 def translate(exc: SQLAlchemyError | UnicodeError, what: str, url: str) -> StoreError:
@@ -136,38 +156,69 @@ class Prepared:
             for name, bind in compiled.binds.items()
             if (processor := bind.type.dialect_impl(dialect).bind_processor(dialect))
         }
+        # The parameter set is taken from the values in C (itemgetter); the few values with
+        # a bind processor (SQLite's datetimes) are then replaced by position.
+        self._get = operator.itemgetter(*self._names) if len(self._names) > 1 else None
+        self._processed = tuple(
+            (i, self._processors[n]) for i, n in enumerate(self._names) if n in self._processors
+        )
 
     def params(self, values: dict[str, Any]) -> tuple[Any, ...] | dict[str, Any]:
         """The driver's parameters for one set of ``values`` (by bind name)."""
         processors = self._processors
-        if self._positional:
+        if not self._positional:
+            if not processors:
+                return values  # the driver looks the names up (extra keys are ignored)
+            return {
+                n: processors[n](values[n]) if n in processors else values[n]
+                for n in self._names
+            }
+        if self._get is None:
             return tuple(
                 processors[n](values[n]) if n in processors else values[n] for n in self._names
             )
-        return {n: processors[n](values[n]) if n in processors else values[n] for n in self._names}
+        found = self._get(values)
+        if not self._processed:
+            return found  # type: ignore[no-any-return]
+        items = list(found)
+        for i, processor in self._processed:
+            items[i] = processor(items[i])
+        return tuple(items)
 
     def execute(self, conn: Connection, values: dict[str, Any]) -> CursorResult[Any]:
         """Run the statement once with ``values`` on ``conn``."""
         return conn.exec_driver_sql(self.sql, self.params(values))
 
+    def run(self, cursor: Any, values: dict[str, Any]) -> Any:
+        """Run the statement once with ``values`` on a DBAPI cursor (the hot path)."""
+        return cursor.execute(self.sql, self.params(values))
+
     def execute_many(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
-        """Run the statement for every row (the driver's ``executemany``) on ``conn``.
+        """Run the statement for every row (the driver's ``executemany``) on ``conn``."""
+        conn.exec_driver_sql(self.sql, self.many_params(rows))
+
+    def many_params(self, rows: list[dict[str, Any]]) -> list[Any]:
+        """The driver's parameter sets for ``rows`` (an ``executemany``).
 
         A value shared by consecutive rows (a batch's one timestamp) is processed once.
         """
-        memo: dict[str, tuple[Any, Any]] = {}
-        processors = self._processors
-
-        def value(name: str, raw: Any) -> Any:
-            if name not in processors:
-                return raw
-            seen = memo.get(name)
-            if seen is None or seen[0] is not raw:
-                seen = memo[name] = (raw, processors[name](raw))
-            return seen[1]
-
-        if self._positional:
-            params: list[Any] = [tuple(value(n, row[n]) for n in self._names) for row in rows]
-        else:
-            params = [{n: value(n, row[n]) for n in self._names} for row in rows]
-        conn.exec_driver_sql(self.sql, params)
+        if not self._positional and not self._processors:
+            return rows
+        if not self._positional or self._get is None:
+            return [self.params(row) for row in rows]
+        get = self._get
+        found = [get(row) for row in rows]
+        if not self._processed:
+            return found
+        memo: dict[int, tuple[Any, Any]] = {}
+        params: list[Any] = []
+        for values in found:
+            items = list(values)
+            for i, processor in self._processed:
+                raw = items[i]
+                seen = memo.get(i)
+                if seen is None or seen[0] is not raw:
+                    seen = memo[i] = (raw, processor(raw))
+                items[i] = seen[1]
+            params.append(tuple(items))
+        return params

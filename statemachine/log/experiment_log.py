@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from types import TracebackType
 
@@ -28,7 +28,7 @@ from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.state import TrialState
 from statemachine.exceptions import ConcurrencyError, ConfigurationError, StoreError
 from statemachine.log.dialect import DEFAULT_BUSY_TIMEOUT_MS
-from statemachine.log.records import AppendRequest, DriverSession, new_event_id
+from statemachine.log.records import AppendRequest, DriverSession, new_event_id, new_event_ids
 from statemachine.log.replay import fold_stored, rehydrate
 from statemachine.log.store import EventStore
 
@@ -55,6 +55,8 @@ class ExperimentLog:
         self._owns_store = owns_store
         self._closed = False
         self._lock = threading.RLock()  # one record at a time: fold, append, keep
+        #: ``(old name, old storage path)`` when :meth:`open` continued a renamed experiment.
+        self.renamed_from: tuple[str, str | None] | None = None
 
     @classmethod
     def open(
@@ -64,14 +66,23 @@ class ExperimentLog:
         policy: RetryPolicy,
         *,
         storage_path: str | None = None,
+        session_kind: str | None = None,
         snapshot_every: int = 100,
         sqlite_synchronous: str = "FULL",
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        continue_trials: Collection[str] = (),
     ) -> ExperimentLog:
         """Start a driver session on ``experiment`` and rehydrate its trials.
 
         The new session fences out any older driver of the experiment before the states are
-        read, so nothing the old driver could still write is missed.
+        read, so nothing the old driver could still write is missed. ``session_kind``
+        records how the driver began (``"fresh"``: ``Tuner.fit()``, ``"restore"``:
+        ``Tuner.restore``; see :meth:`EventStore.start_session`).
+
+        ``continue_trials``: ids of trials the driver restored (``Tuner.restore``). When the
+        store has no ``experiment`` but another experiment holds every one of them, the
+        experiment was moved or renamed: it continues under the new name with its history
+        (:attr:`renamed_from` says from which).
         """
         if snapshot_every < 1:
             raise ConfigurationError(f"snapshot_every must be >= 1, got {snapshot_every}")
@@ -85,14 +96,25 @@ class ExperimentLog:
             if not isinstance(url_or_store, EventStore)
             else url_or_store
         )
+        renamed_from: tuple[str, str | None] | None = None
         try:
-            session = store.start_session(experiment, policy=policy, storage_path=storage_path)
+            if continue_trials and not store.has_experiment(experiment):
+                old = store.find_experiment_with_trials(continue_trials, other_than=experiment)
+                if old is not None:
+                    renamed_from = (old, store.experiment_storage_path(old))
+                    store.rename_experiment(old, experiment)
+                    logger.warning("statemachine: experiment %r continues as %r (its trials "
+                                   "are in the log under the old name)", old, experiment)
+            session = store.start_session(experiment, policy=policy, storage_path=storage_path,
+                                          kind=session_kind)
             states = rehydrate(store, experiment)
         except BaseException:
             if owns:
                 store.close()
             raise
-        return cls(store, session, states, snapshot_every=snapshot_every, owns_store=owns)
+        log = cls(store, session, states, snapshot_every=snapshot_every, owns_store=owns)
+        log.renamed_from = renamed_from
+        return log
 
     # ------------------------------------------------------------ reading
 
@@ -175,7 +197,9 @@ class ExperimentLog:
     ) -> list[TransitionRecord]:
         self._check_open()
         items = list(items)
-        ids = list(event_ids) if event_ids is not None else [None] * len(items)
+        ids: list[str | None] = (
+            list(event_ids) if event_ids is not None else list(new_event_ids(len(items)))
+        )
         if len(ids) != len(items):
             raise ConfigurationError(
                 f"{len(items)} events but {len(ids)} event ids: give one id (or None) per event"
@@ -200,7 +224,7 @@ class ExperimentLog:
                     event_id=r.event_id,
                 )
             else:
-                self.store.append_batch(self.session, requests)
+                self.store.append_batch(self.session, requests, returning=False)
         except ConcurrencyError:
             # Our view of a trial is behind the log (an earlier append committed although it
             # reported an error): catch up from the log so the next record works, then say so.

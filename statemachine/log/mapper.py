@@ -15,11 +15,13 @@ from statemachine.domain.events import TrialFailed, encode_event
 from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.state import Counters
 from statemachine.log.records import (
+    UNREADABLE_TIME,
     AppendRequest,
     DriverSession,
     ExperimentInfo,
     SessionInfo,
     StoredEvent,
+    Unreadable,
     check_storable,
     dump_json,
     load_json,
@@ -54,16 +56,27 @@ FoldRow = tuple[int, str, int, str, int, str, "str | None"]
 
 
 def stored_event(row: Any, experiment: str) -> StoredEvent:
-    """The record of a row selected as :data:`EVENT_COLUMNS`."""
+    """The record of a row selected as :data:`EVENT_COLUMNS` (an unreadable ``recorded_at``
+    is named in the record's ``damage``, never raised)."""
+    recorded_at = row[13]
+    damage = None
+    if isinstance(recorded_at, Unreadable):
+        damage = f"recorded_at {str(recorded_at.raw)[:80]!r} is not a time"
+        recorded_at = UNREADABLE_TIME
     return StoredEvent(
         row[0], experiment, row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8],
-        row[9], row[10], row[11], row[12], utc(row[13]),
+        row[9], row[10], row[11], row[12], utc(recorded_at), damage,
     )  # fmt: skip
 
 
 @functools.lru_cache(maxsize=4096)
 def _counters_json(counters: Counters) -> str:
     return dump_json(counters._asdict())
+
+
+@functools.lru_cache(maxsize=4096)
+def _storable_trial_id(trial_id: str) -> str:
+    return check_storable(trial_id, "trial id")
 
 
 def event_row(
@@ -77,7 +90,11 @@ def event_row(
         error = request.event.error
     return {
         "experiment_id": session.experiment_id,
-        "trial_id": check_storable(request.trial_id, "trial id"),
+        "trial_id": (
+            _storable_trial_id(request.trial_id)
+            if type(request.trial_id) is str
+            else check_storable(request.trial_id, "trial id")
+        ),
         "seq": request.expected_seq + 1,
         "type_name": type_name,
         "version": version,
@@ -115,6 +132,7 @@ def session_info(row: Any, experiment: str) -> SessionInfo:
         started_at=utc(row.started_at),
         ended_at=utc(row.ended_at) if row.ended_at else None,
         clean_end=row.clean_end,
+        kind=getattr(row, "kind", None),
     )
 
 
@@ -128,5 +146,5 @@ def experiment_info(row: Any) -> ExperimentInfo:
         epoch=row.epoch,
         trials=row.trials or 0,
         events=row.events or 0,
-        last_recorded_at=utc(row.last) if row.last else None,
+        last_recorded_at=utc(row.last) if isinstance(row.last, datetime) else None,
     )

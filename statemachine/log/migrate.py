@@ -19,6 +19,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect
 
+from statemachine.distribution import cli_command, install_hint
 from statemachine.exceptions import NotAnEventLogError, SchemaVersionError, StoreError
 from statemachine.log.dialect import WRITER, backend_of
 from statemachine.log.engine import describe, translated
@@ -38,7 +39,7 @@ def script_location() -> Path:
     if not (location / "env.py").is_file():
         raise StoreError(
             "the event log's migration scripts are missing from this installation of "
-            "statemachine; reinstall it (pip install --force-reinstall statemachine)"
+            f"statemachine; reinstall it ({install_hint(reinstall=True)})"
         )
     return location
 
@@ -118,9 +119,10 @@ def check_revision(revision: str | None, url: str, *, writable: bool) -> None:
             head,
         )
     if not writable:
+        upgrade = cli_command("--db", where, "db", "upgrade")
         raise SchemaVersionError(
             f"the event log at {where} has schema revision {revision!r}, older than this "
-            f"statemachine's {head!r}; upgrade it with `{UPGRADE_COMMAND.replace('URL', where)}` "
+            f"statemachine's {head!r}; upgrade it with `{upgrade}` "
             "(or open it once for writing, EventStore.open(url)), then read it",
             revision,
             head,

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from statemachine.distribution import install_hint
 from statemachine.exceptions import LogSyncError
 from statemachine.log.credentials import redact_uri
 from statemachine.log_location import DEFAULT_LOG_FILENAME
@@ -122,7 +123,7 @@ def remote_file(uri: str) -> RemoteFile:
         import pyarrow.fs
     except ImportError as exc:  # pragma: no cover - pyarrow comes with ray[tune]
         raise LogSyncError(
-            f"reading {redact_uri(uri)} needs pyarrow: pip install 'statemachine[ray]'"
+            f"reading {redact_uri(uri)} needs pyarrow: {install_hint('ray')}"
         ) from exc
     try:
         fs, path = pyarrow.fs.FileSystem.from_uri(uri)

@@ -12,6 +12,8 @@ JSON documents (payloads, counters, policies, snapshot states) are stored as tex
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -27,6 +29,10 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator
+
+from statemachine.log.records import Unreadable
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -36,6 +42,33 @@ NAMING_CONVENTION = {
 }
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class TolerantDateTime(TypeDecorator[Any]):
+    """A ``DateTime(timezone=True)`` column whose unreadable value (SQLite keeps whatever
+    text was written behind the log's back, e.g. ``'garbage'``) reads as
+    :class:`~statemachine.log.records.Unreadable` instead of raising while a whole result is
+    fetched: the row is reported, the other rows still read. Stored exactly as a DateTime.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> Any:
+        """The dialect's parser, turning a value it cannot parse into ``Unreadable``."""
+        inner = self.impl_instance.result_processor(dialect, coltype)
+        if inner is None:  # the driver gives datetimes (PostgreSQL): nothing to parse
+            return None
+
+        def process(value: Any) -> Any:
+            if value is None:
+                return None
+            try:
+                return inner(value)
+            except (ValueError, TypeError, OverflowError):
+                return Unreadable(value)
+
+        return process
 
 #: A 64-bit autoincrementing key; SQLite only autoincrements ``INTEGER PRIMARY KEY`` (rowid).
 Position = BigInteger().with_variant(Integer(), "sqlite")
@@ -64,6 +97,8 @@ driver_sessions = Table(
     Column("started_at", DateTime(timezone=True), nullable=False),
     Column("ended_at", DateTime(timezone=True), nullable=True),
     Column("clean_end", Boolean, nullable=True),
+    # "fresh" (Tuner.fit) or "restore" (Tuner.restore); NULL: not known (revision 0002)
+    Column("kind", String(16), nullable=True),
     UniqueConstraint("experiment_id", "epoch"),
 )
 
@@ -84,7 +119,7 @@ events = Table(
     Column("counters", Text, nullable=True),
     Column("epoch", Integer, nullable=False),
     Column("event_id", String(64), nullable=False),
-    Column("recorded_at", DateTime(timezone=True), nullable=False),
+    Column("recorded_at", TolerantDateTime(), nullable=False),
     UniqueConstraint("experiment_id", "trial_id", "seq"),
     UniqueConstraint("experiment_id", "event_id"),
     Index(None, "experiment_id", "position"),

@@ -27,7 +27,7 @@ from statemachine.domain import compiled
 from statemachine.domain.state import CHECKPOINT_HISTORY, TrialState
 from statemachine.domain.status import Status
 from statemachine.exceptions import EventDecodeError
-from statemachine.log.records import dump_json, load_json
+from statemachine.log.records import dump_json, load_json, parse_json
 
 _Table = Mapping[tuple[str, Status], tuple[Any, ...]]
 _OWN_PACKAGE = "statemachine."
@@ -198,7 +198,10 @@ def encode_state(state: TrialState) -> str:
 
 def decode_state(text: str, trial_id: str) -> TrialState:
     """Rebuild a stored state, or raise :class:`EventDecodeError`."""
-    data = load_json(text, f"snapshot of trial {trial_id!r}")
+    try:
+        data = parse_json(text)
+    except (TypeError, ValueError):
+        data = load_json(text, f"snapshot of trial {trial_id!r}")  # raises, naming the trial
     try:
         return TrialState.from_dict(data)
     except (KeyError, TypeError, ValueError) as exc:

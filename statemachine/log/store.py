@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import json
 import os
 import platform
 import socket
@@ -33,7 +34,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Select, insert, select, update
+from sqlalchemy import Connection, Engine, Select, func, insert, inspect, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from statemachine.domain.events import Event
@@ -41,6 +42,8 @@ from statemachine.domain.machine import TransitionRecord
 from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.state import TrialState
 from statemachine.exceptions import (
+    ConfigurationError,
+    ExperimentExistsError,
     NotAnEventLogError,
     StoreError,
     StoreNotFoundError,
@@ -52,8 +55,9 @@ from statemachine.log.appends import Appends
 from statemachine.log.dialect import DEFAULT_BUSY_TIMEOUT_MS, WRITER, backend_for, backend_of
 from statemachine.log.engine import describe, make_engine, to_url, translated
 from statemachine.log.mapper import FoldRow
-from statemachine.log.queries import Queries
+from statemachine.log.queries import Queries, chunks
 from statemachine.log.records import (
+    SESSION_KINDS,
     AppendRequest,
     DriverSession,
     ExperimentInfo,
@@ -64,7 +68,7 @@ from statemachine.log.records import (
     storable_name,
     utcnow,
 )
-from statemachine.log.schema import driver_sessions, experiments
+from statemachine.log.schema import driver_sessions, events, experiments
 from statemachine.log.snapshot_sql import SnapshotLoad, SnapshotTable
 from statemachine.log.transfer import ExportFile, import_export
 
@@ -105,6 +109,11 @@ class Connections:
     @contextlib.contextmanager
     def write(self) -> Iterator[Connection]:
         """One write transaction on the writer connection (the caller holds :attr:`lock`)."""
+        writer = self._writer_connection()
+        with writer.begin():
+            yield writer
+
+    def _writer_connection(self) -> Connection:
         if not self.writable:
             raise StoreError(
                 f"the event log at {describe(self.url)} was opened read-only (create=False); "
@@ -112,8 +121,48 @@ class Connections:
             )
         if self._writer is None or self._writer.closed:
             self._writer = self.engine.connect().execution_options(**{WRITER: True})
-        with self._writer.begin():
-            yield self._writer
+        return self._writer
+
+    @contextlib.contextmanager
+    def raw_write(self) -> Iterator[Any]:
+        """One write transaction run on the writer's DBAPI connection: the hot path.
+
+        Yields the driver's cursor, for statements SQLAlchemy compiled once for this
+        database (:class:`~statemachine.log.engine.Prepared`); the caller holds :attr:`lock`.
+        The transaction begins as :meth:`write`'s does (SQLite: ``BEGIN IMMEDIATE``), commits
+        when the block ends and rolls back on any error. A driver error leaves as the
+        SQLAlchemy exception :meth:`write` would raise (``IntegrityError``, ``DataError``,
+        ...), and a lost connection is invalidated as SQLAlchemy does, so error translation
+        and reconnection are the same on both paths.
+        """
+        writer = self._writer_connection()
+        dialect = self.engine.dialect
+        dbapi_error = dialect.loaded_dbapi.Error
+        dbapi = writer.connection.dbapi_connection
+        if dbapi is None:  # pragma: no cover - a connection just checked out always has one
+            raise StoreError(f"no database connection to {describe(self.url)}")
+        cursor = None
+        try:
+            self.backend.begin(dbapi)
+            cursor = dbapi.cursor()
+            yield cursor
+            dbapi.commit()
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                dbapi.rollback()
+            if isinstance(exc, dbapi_error):
+                lost = bool(dialect.is_disconnect(exc, dbapi, cursor))
+                if lost:
+                    writer.invalidate(exc)
+                raise DBAPIError.instance(
+                    None, None, exc, dbapi_error, hide_parameters=True,
+                    connection_invalidated=lost, dialect=dialect,
+                ) from exc  # fmt: skip
+            raise
+        finally:
+            if cursor is not None:
+                with contextlib.suppress(Exception):
+                    cursor.close()
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:
@@ -138,6 +187,10 @@ class Connections:
             self._experiment_ids[name] = found
         return found
 
+    def forget_experiment(self, name: str) -> None:
+        """Drop a cached id (the experiment was renamed)."""
+        self._experiment_ids.pop(name, None)
+
     def remember_experiment(self, name: str, experiment_id: int) -> None:
         """Cache an experiment's id (it never changes once created)."""
         self._experiment_ids[name] = experiment_id
@@ -160,15 +213,28 @@ def _engine(
     path = backend_for(url).database_file(url)
     if path is not None:
         if not create and not path.is_file():
-            raise StoreNotFoundError(
-                f"no event log at {path}: the file does not exist (check the path)"
-            )
+            raise StoreNotFoundError(_missing_file(url, path))
         if create:
             path.parent.mkdir(parents=True, exist_ok=True)
     return make_engine(
         url, writable=create, sqlite_synchronous=sqlite_synchronous,
         busy_timeout_ms=busy_timeout_ms,
     )  # fmt: skip
+
+
+def _missing_file(url: str, path: Path) -> str:
+    """Why a SQLite log file is missing; ``sqlite:///tmp/x.db`` (three slashes) names the
+    relative path ``tmp/x.db``: say that an absolute path needs four."""
+    message = f"no event log at {path}: the file does not exist (check the path)"
+    if path.is_absolute() or not url.startswith("sqlite:///"):
+        return message
+    absolute = Path("/") / path
+    exists = " (that file exists)" if absolute.is_file() else ""
+    return (
+        f"no event log at {path} (relative to {Path.cwd()}): a sqlite:/// URL with three "
+        f"slashes names a relative path; for the absolute path {absolute}{exists} write "
+        f"sqlite:///{absolute} (four slashes)"
+    )
 
 
 def _open_error(exc: SQLAlchemyError | StoreError, url: str) -> StoreError:
@@ -220,6 +286,30 @@ def schema_revision(url_or_path: str | Path) -> str | None:
         migrate.refuse_foreign(conn, revision, url)
     engine.dispose()
     return revision
+
+
+def refuse_foreign_target(url_or_path: str | Path) -> None:
+    """Refuse to write into a database that holds tables but no event log (another
+    application's), with :class:`NotAnEventLogError`; reads only, changes nothing.
+
+    A database that does not exist yet, an empty one and an event log pass.
+    """
+    url = to_url(url_or_path)
+    path = backend_for(url).database_file(url)
+    if path is not None and not path.exists():
+        return
+    engine = _engine(url, create=False)
+    with _typed_open_errors(engine, url), engine.connect() as conn:
+        revision = migrate.current_revision(conn)
+        migrate.refuse_foreign(conn, revision, url)
+        tables = sorted(inspect(conn).get_table_names()) if revision is None else []
+    engine.dispose()
+    if tables:
+        raise NotAnEventLogError(
+            f"{describe(url)} is not a statemachine event log: it holds another application's "
+            f"tables ({', '.join(tables[:5])}{', ...' if len(tables) > 5 else ''}) and no event "
+            "log schema; nothing was written. Give the event log a database of its own"
+        )
 
 
 class EventStore:
@@ -305,20 +395,29 @@ class EventStore:
     # ------------------------------------------------------------ sessions
 
     def start_session(
-        self, experiment: str, *, policy: RetryPolicy, storage_path: str | None = None
+        self, experiment: str, *, policy: RetryPolicy, storage_path: str | None = None,
+        kind: str | None = None,
     ) -> DriverSession:
         """Start a driver session: create the experiment if new, take the next epoch.
+
+        ``kind`` says how the driver began (:data:`SESSION_KINDS`: ``"fresh"`` for a
+        ``Tuner.fit()``, ``"restore"`` for a ``Tuner.restore``; ``None``: not said), so a
+        fresh run that reuses an experiment's name is not taken for a resume.
 
         Every older session of the experiment is fenced out from this moment: its appends
         and snapshots fail with :class:`FencedError`.
         """
         check_storable(experiment, "experiment name")
+        if kind is not None and kind not in SESSION_KINDS:
+            raise ConfigurationError(
+                f"session kind must be one of {', '.join(SESSION_KINDS)} or None, got {kind!r}"
+            )
         if storage_path is not None:
             storage_path = storable_name(storage_path)
         for attempt in range(3):
             try:
                 with self._db.lock, translated("starting a driver session", self._db.url):
-                    return self._start_session(experiment, policy, storage_path)
+                    return self._start_session(experiment, policy, storage_path, kind)
             except StoreError as exc:
                 # Two drivers creating the same new experiment at once (PostgreSQL): the
                 # loser's insert hits the unique name; the retry finds the row.
@@ -327,7 +426,7 @@ class EventStore:
         raise AssertionError("unreachable")
 
     def _start_session(
-        self, experiment: str, policy: RetryPolicy, storage_path: str | None
+        self, experiment: str, policy: RetryPolicy, storage_path: str | None, kind: str | None
     ) -> DriverSession:
         with self._db.write() as conn:
             row = conn.execute(
@@ -359,10 +458,96 @@ class EventStore:
                     "versions": dump_json(_versions()),
                     "policy": dump_json(policy.to_dict()),
                     "started_at": now,
+                    "kind": kind,
                 },
             )
         self._db.remember_experiment(experiment, experiment_id)
         return DriverSession(experiment, experiment_id, epoch, policy, now)
+
+    # ------------------------------------------------------------ moved experiments
+
+    def find_experiment_with_trials(self, trial_ids: Collection[str], *,
+                                    other_than: str) -> str | None:
+        """The experiment (not ``other_than``) that holds every one of ``trial_ids``; the one
+        with the newest driver session when several do; ``None`` when none does."""
+        wanted = sorted(set(trial_ids))
+        if not wanted:
+            return None
+        found: dict[int, int] = {}
+        db = self._db
+        with translated("looking for a moved experiment", db.url), db.read() as conn:
+            for part in chunks(wanted):
+                rows = conn.execute(
+                    select(events.c.experiment_id,
+                           func.count(func.distinct(events.c.trial_id)))
+                    .where(events.c.trial_id.in_(part))
+                    .group_by(events.c.experiment_id)
+                ).all()
+                for experiment_id, count in rows:
+                    found[experiment_id] = found.get(experiment_id, 0) + int(count)
+            holding = [i for i, count in found.items() if count == len(wanted)]
+            if not holding:
+                return None
+            rows = conn.execute(
+                select(experiments.c.name)
+                .where(experiments.c.id.in_(holding), experiments.c.name != other_than)
+                .order_by(experiments.c.epoch.desc(), experiments.c.id.desc())
+            ).scalars().all()
+        return str(rows[0]) if rows else None
+
+    def experiment_storage_path(self, experiment: str) -> str | None:
+        """The experiment's recorded storage path; ``None`` when unknown or not recorded."""
+        db = self._db
+        with translated("reading an experiment", db.url), db.read() as conn:
+            return conn.execute(select(experiments.c.storage_path)
+                                .where(experiments.c.name == experiment)).scalar()
+
+    def has_experiment(self, experiment: str) -> bool:
+        """Whether the store has an experiment of that name."""
+        db = self._db
+        with translated("reading an experiment", db.url), db.read() as conn:
+            return conn.execute(select(experiments.c.id)
+                                .where(experiments.c.name == experiment)).scalar() is not None
+
+    def experiment_renames(self, experiment: str) -> list[tuple[int, str, str | None]]:
+        """The earlier names of a moved or renamed experiment, oldest first: ``(epoch of the
+        session that renamed it, old name, old storage path)``, from its ``ExperimentRenamed``
+        events."""
+        db = self._db
+        with translated("reading an experiment's renames", db.url), db.read() as conn:
+            rows = conn.execute(
+                select(events.c.epoch, events.c.payload)
+                .where(events.c.experiment_id == db.experiment_id(conn, experiment),
+                       events.c.type_name == "ExperimentRenamed")
+                .order_by(events.c.position)
+            ).all()
+        found: dict[tuple[int, str, str | None], None] = {}
+        for epoch, payload in rows:
+            try:
+                data = json.loads(payload)
+                old, path = str(data["old_name"]), data.get("old_storage_path")
+            except (ValueError, KeyError, TypeError):
+                continue  # an undecodable row is reported by the reads that decode events
+            found[(int(epoch), old, path if isinstance(path, str) else None)] = None
+        return list(found)
+
+    def rename_experiment(self, old: str, new: str) -> None:
+        """Give experiment ``old`` the name ``new`` (its folder was moved or renamed): its
+        events, sessions and snapshots follow. Refused when ``new`` already exists."""
+        check_storable(new, "experiment name")
+        with self._db.lock, translated("renaming an experiment", self._db.url), \
+                self._db.write() as conn:
+            taken = conn.execute(
+                select(experiments.c.id).where(experiments.c.name == new)).scalar()
+            if taken is not None:
+                raise ExperimentExistsError(
+                    f"cannot rename experiment {old!r} to {new!r}: the log already has an "
+                    f"experiment {new!r}")
+            experiment_id = self._db.experiment_id(conn, old)
+            conn.execute(update(experiments).where(experiments.c.id == experiment_id),
+                         {"name": new})
+        self._db.forget_experiment(old)
+        self._db.remember_experiment(new, experiment_id)
 
     def end_session(self, session: DriverSession, *, clean: bool = True) -> None:
         """Record the end of a session (``clean``: the driver shut down normally)."""
@@ -409,26 +594,37 @@ class EventStore:
         )
 
     def append_batch(
-        self, session: DriverSession, requests: Sequence[AppendRequest]
+        self,
+        session: DriverSession,
+        requests: Sequence[AppendRequest],
+        *,
+        returning: bool = True,
     ) -> list[StoredEvent]:
         """Append many events in one transaction (group commit): all are stored, or none.
 
         Requests for the same trial must follow each other (``expected_seq`` 4, then 5, ...).
         Errors as :meth:`append`; a retried batch whose event ids are all stored returns them.
+        ``returning=False`` stores the same but builds no stored records for a new batch
+        (returns ``[]``): the live log's group commit, which needs none.
         """
-        return self._appends.append_batch(session, requests)
+        return self._appends.append_batch(session, requests, returning=returning)
 
-    def import_experiment(self, export: ExportFile, *, name: str | None = None) -> str:
+    def import_experiment(
+        self, export: ExportFile, *, name: str | None = None, force: bool = False
+    ) -> str:
         """Copy an exported experiment into this store, in one transaction; return its name.
 
-        The rows are copied verbatim (times, epochs, event ids, recorded decisions) under
-        ``name`` (default: the exported name). An experiment of that name already in the
-        store is refused with :class:`~statemachine.exceptions.ExperimentExistsError`, and
-        nothing is written.
+        ``export`` is :func:`~statemachine.log.read_export`'s check of the file; the rows are
+        streamed from the file and copied verbatim (times, epochs, event ids, recorded
+        decisions) under ``name`` (default: the exported name), with a snapshot of every
+        trial's fold. An experiment of that name already in the store is refused with
+        :class:`~statemachine.exceptions.ExperimentExistsError`, an export whose replay
+        diverges with :class:`~statemachine.exceptions.ExportDivergedError` (unless
+        ``force``); either way nothing is written.
         """
         with self._db.lock, translated("importing an export", self._db.url):
             with self._db.write() as conn:
-                return import_export(conn, export, name, where=self.url)
+                return import_export(conn, export, name, where=self.url, force=force)
 
     # ------------------------------------------------------------ reading
 

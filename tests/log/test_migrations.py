@@ -15,6 +15,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 
+from statemachine.distribution import cli_command
 from statemachine.exceptions import NotAnEventLogError, SchemaVersionError, StoreNotFoundError
 from statemachine.log import EventStore
 from statemachine.log.migrate import (
@@ -150,7 +151,11 @@ def test_an_older_schema_opened_read_only_names_the_upgrade_command() -> None:
         check_revision(None, url, writable=False)
     message = str(refused.value)
     assert "older" in message
-    assert "`trial-replay --db postgresql+psycopg://me:***@db.example/exp db upgrade`" in message
+    # the command pastes as it is: the script's full path when it is not on PATH, quoted
+    command = cli_command("--db", "postgresql+psycopg://me:***@db.example/exp", "db", "upgrade")
+    assert command.endswith("trial-replay --db 'postgresql+psycopg://me:***@db.example/exp' "
+                            "db upgrade")
+    assert f"`{command}`" in message
     assert "secret" not in message and "alembic" not in message
 
 
@@ -267,3 +272,44 @@ def test_wheel_installed_in_a_fresh_virtualenv_opens_a_new_store(tmp_path: Path)
         assert json.loads(done.stdout)["revision"] == head_revision()
     with EventStore.open(tmp_path / "other.db", create=False) as store:
         assert store.list_experiments() == []
+
+
+def test_a_log_at_revision_0001_upgrades_with_its_sessions_intact(tmp_path: Path) -> None:
+    """0002 adds driver_sessions.kind: an older log keeps every row, its sessions unknown."""
+    from alembic import command
+    from sqlalchemy import create_engine
+
+    from statemachine.cli import main
+    from statemachine.domain.events import TrialAdded
+    from statemachine.domain.policy import RetryPolicy
+    from statemachine.log import EventStore, ExperimentLog
+    from statemachine.log.migrate import alembic_config
+
+    db = tmp_path / "old.db"
+    with create_engine(f"sqlite:///{db}").begin() as conn:
+        command.upgrade(alembic_config(conn), "0001")
+        conn.exec_driver_sql(
+            "INSERT INTO experiments (name, storage_path, created_at, epoch) "
+            "VALUES ('old', NULL, '2026-11-01 00:00:00', 1)")
+        conn.exec_driver_sql(
+            "INSERT INTO driver_sessions (experiment_id, epoch, host, pid, versions, policy, "
+            "started_at, ended_at, clean_end) VALUES (1, 1, 'h', 7, '{}', '{}', "
+            "'2026-11-01 00:00:00', '2026-11-01 00:01:00', 1)")
+    with pytest.raises(SchemaVersionError, match="db upgrade"):
+        EventStore.open(db, create=False)
+    assert main(["--db", str(db), "db", "upgrade"]) == 0
+    with EventStore.open(db, create=False) as store:
+        (old,) = store.list_sessions("old")
+        assert (old.epoch, old.host, old.pid, old.clean_end, old.kind) == (1, "h", 7, True, None)
+    with ExperimentLog.open(str(db), "old", RetryPolicy(), session_kind="restore") as log:
+        log.record("t", TrialAdded())
+    with EventStore.open(db, create=False) as store:
+        assert [(s.epoch, s.kind) for s in store.list_sessions("old")] == [
+            (1, None), (2, "restore")]
+    exported = tmp_path / "old.jsonl"
+    assert main(["--db", str(db), "export", "old", "-o", str(exported)]) == 0
+    copy = tmp_path / "copy.db"
+    assert main(["--db", str(copy), "import", str(exported)]) == 0
+    with EventStore.open(copy, create=False) as store:
+        assert [(s.epoch, s.kind) for s in store.list_sessions("old")] == [
+            (1, None), (2, "restore")]

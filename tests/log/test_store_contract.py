@@ -186,6 +186,27 @@ class StoreContract:
         assert store.list_trials("exp") == ["a", "b"]
         assert store.append_batch(session, []) == []
 
+    def test_batch_without_returning_stores_the_same_and_checks_the_same(
+        self, store: EventStore
+    ) -> None:
+        session = store.start_session("exp", policy=POLICY)
+        store.append(session, "a", TrialAdded(), expected_seq=0)
+        batch = [AppendRequest("b", TrialAdded(), 0), AppendRequest("a", TrialStarted(), 1)]
+        assert store.append_batch(session, batch, returning=False) == []
+        store.append(session, "b", TrialStarted(), expected_seq=1)
+        stored = [*store.read_experiment("exp")]
+        assert [(e.trial_id, e.seq, e.type_name) for e in stored] == [
+            ("a", 1, "TrialAdded"), ("b", 1, "TrialAdded"), ("a", 2, "TrialStarted"),
+            ("b", 2, "TrialStarted"),
+        ]  # fmt: skip
+        assert [e.position for e in stored] == sorted({e.position for e in stored})
+        with pytest.raises(ConcurrencyError):
+            store.append_batch(session, [AppendRequest("a", TrialStarted(), 1)], returning=False)
+        newer = store.start_session("exp", policy=POLICY)
+        with pytest.raises(FencedError):
+            store.append_batch(session, [AppendRequest("c", TrialAdded(), 0)], returning=False)
+        assert store.append_batch(newer, [AppendRequest("c", TrialAdded(), 0)])[0].seq == 1
+
     def test_retried_batch_is_idempotent(self, store: EventStore) -> None:
         session = store.start_session("exp", policy=POLICY)
         batch = [

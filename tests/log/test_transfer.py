@@ -6,6 +6,7 @@ files and bad-input tests are in tests/cli.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,34 @@ def test_a_cut_export_file_is_refused_naming_its_line(tmp_path: Path) -> None:
     broken.write_text("\n".join([*lines[:-1], lines[-1][:-5]]) + "\n", encoding="utf-8")
     with pytest.raises(ExportFormatError, match=f"broken.jsonl line {len(lines)}"):
         read_export(broken)
+
+
+def test_the_export_schema_in_the_docs_is_the_one_import_checks() -> None:
+    import re
+
+    from statemachine.log.transfer import EXPORT_SCHEMA
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
+    block = re.search(r"<!-- export-schema:start -->\n```json\n(.*?)```", doc, re.S)
+    assert block is not None and json.loads(block.group(1)) == EXPORT_SCHEMA
+
+
+def test_the_hand_validator_agrees_with_jsonschema(tmp_path: Path) -> None:
+    """Where ``jsonschema`` is installed (Ray brings it), it accepts a real export and refuses
+    what :func:`schema_error` refuses (the schema is standard, bar the ``x-`` keywords)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from statemachine.log.transfer import EXPORT_SCHEMA, schema_error
+
+    source = f"sqlite:///{tmp_path / 'a.db'}"
+    _record(source)
+    lines = [json.loads(x) for x in _export(source, tmp_path / "a.jsonl")]
+    validator = jsonschema.Draft202012Validator(EXPORT_SCHEMA)
+    for line in lines:
+        assert schema_error(line, EXPORT_SCHEMA) is None
+        validator.validate(line)
+    event = next(x for x in lines if x["kind"] == "event")
+    for bad in ({**event, "seq": "1"}, {**event, "version": 2**70}, {**event, "colour": 1},
+                {k: v for k, v in event.items() if k != "event_id"},
+                {**event, "status_after": "DONE"}, {**lines[0], "epoch": 0}):
+        assert schema_error(bad, EXPORT_SCHEMA) is not None
+        assert not validator.is_valid(bad)
