@@ -19,6 +19,7 @@ from statemachine.tune.ray_surface import (  # noqa: E402
     FailureConfig,
     RunConfig,
 )
+from statemachine.tune.restoring import restoring  # noqa: E402
 
 __all__ = [
     "CheckpointConfig",
@@ -26,4 +27,5 @@ __all__ = [
     "FailureConfig",
     "RunConfig",
     "UnsupportedRayError",
+    "restoring",
 ]

@@ -33,6 +33,8 @@ from statemachine.domain.events import (
     CheckpointSaved,
     CheckpointsDiscarded,
     Event,
+    ExperimentRenamed,
+    FirstResult,
     NodeAvoidanceDropped,
     NodesAvoided,
     RestoreSucceeded,
@@ -40,6 +42,7 @@ from statemachine.domain.events import (
     TrialCompleted,
     TrialFailed,
     TrialPaused,
+    TrialRecreated,
     TrialReset,
     TrialResumed,
     TrialStarted,
@@ -47,7 +50,7 @@ from statemachine.domain.events import (
 )
 from statemachine.domain.machine import TransitionRecord
 from statemachine.domain.nodes import NodeRef
-from statemachine.domain.policy import RetryPolicy
+from statemachine.domain.policy import RestorePhase, RetryPolicy
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Decision, Status
 from statemachine.log.credentials import describe_url, redact_uri
@@ -62,6 +65,8 @@ from statemachine.tune.reconcile import (
     RAY_PAUSED,
     RAY_PENDING,
     RAY_TERMINATED,
+    REUSED_ID,
+    end_event,
     reconcile,
 )
 from statemachine.tune.recorder import Recorder
@@ -74,6 +79,7 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 SYNC_CLOSE_TIMEOUT_S = 60.0
 _printed_urls: set[str] = set()
 _said_unsupported: set[str] = set()
+_said_no_seam = False
 #: How often (seconds) waiting retries are checked against the bounded wait and the nodes.
 _AVOID_CHECK_S = 1.0
 
@@ -148,17 +154,28 @@ class EventLogCallback(Callback):
         self._recorder: Recorder | None = None
         self._policy_in_force: RetryPolicy | None = None
         self._reconciled = False
+        # "restore" when Tune's first step already holds trials (Tuner.restore loaded them
+        # from the experiment state), "fresh" when it holds none (Tuner.fit, even one that
+        # reuses an experiment's name); None until that first step
+        self._session_kind: str | None = None
         self._trials_seen = 0
         self._recover: dict[str, bool] = {}
         self._maybe_stopped: dict[str, Any] = {}
         # where each trial's current actor was placed: (actor id, node)
         self._started: dict[str, tuple[str | None, NodeRef | None]] = {}
+        # trials started whose first result of that attempt has not come yet
+        self._awaiting_result: set[str] = set()
         # trials whose retry waits for a node outside their exclusion: since (monotonic)
         self._avoiding: dict[str, float] = {}
         self._avoid_checked = 0.0
         self._selector_problem: str | None = None
         self._summary: dict[str, int] | None = None
         self._log_sync: LogSync | None = None
+        # the Ray Trial object recorded behind each id (a new object: maybe a new trial)
+        self._objects: dict[str, int] = {}
+        self._seam_listening = False
+        self._failures_recorded: set[str] = set()
+        self._finished = False  # on_experiment_end ran: the next run starts afresh
 
     def __getstate__(self) -> dict[str, Any]:
         # Never a password in the experiment state (tuner.pkl goes to shared storage): the
@@ -205,9 +222,15 @@ class EventLogCallback(Callback):
 
     # ------------------------------------------------------------------ the log
 
-    def _ensure_log(self, trial: Any) -> Recorder:
+    def _ensure_log(self, trial: Any, trials: list[Any] | None = None) -> Recorder:
+        """Open the log at the first trial; ``trials``: every trial of the driver's first
+        step (restored ones let a moved or renamed experiment continue its history)."""
+        if self._finished:
+            self._start_again()
         if self._recorder is not None:
             return self._recorder
+        # The restored trials that ran: a log that recorded the experiment has every one.
+        continue_ids = [surface.trial_id(t) for t in trials or [] if not surface.never_ran(t)]
         self.experiment = surface.experiment_name(trial)
         policy = self.policy or RetryPolicy.from_env(max_failures=surface.max_failures(trial))
         self._policy_in_force = policy
@@ -233,13 +256,22 @@ class EventLogCallback(Callback):
             if sync is not None:
                 sync.prepare()  # the newest log from storage, before the counters are read
             return ExperimentLog.open(url, experiment, policy, storage_path=storage_path,
-                                      **options)
+                                      session_kind=self._session_kind,
+                                      continue_trials=continue_ids, **options)
 
-        self._recorder = Recorder(open_log, policy)
+        self._recorder = Recorder(open_log, policy, background=True)
+        self._listen()  # a TuneController built directly never called setup()
         self._recorder.open()
         if policy.avoid_failed_nodes:
             self._prepare_avoidance()
         return self._recorder
+
+    def _listen(self) -> None:
+        """Install the error seam and listen to this run's trials (idempotent)."""
+        if not self._seam_listening:
+            seam.install()
+            seam.add_listener(self)
+            self._seam_listening = True
 
     def _prepare_avoidance(self) -> None:
         """Check once that this Ray can place by node label; say so once if it cannot."""
@@ -268,6 +300,16 @@ class EventLogCallback(Callback):
         if state is None:
             recorder.record(trial_id, TrialAdded(config=_json_safe(surface.config(trial))))
             state = recorder.state(trial_id)
+        elif (self._reconciled and self._objects.get(trial_id) != id(trial)
+                and state.status.is_terminal and surface.never_ran(trial)):
+            # Another Ray trial behind the id of an ended one: a new incarnation of the id.
+            logger.warning("statemachine: trial %s is a new trial behind the id of one that "
+                           "ended %s: recorded as a new incarnation", trial_id, state.status)
+            recorder.record(trial_id, TrialRecreated(config=_json_safe(surface.config(trial)),
+                                                     reason=REUSED_ID))
+            state = recorder.state(trial_id)
+        if self._reconciled:
+            self._objects[trial_id] = id(trial)
         return state
 
     def _record(self, trial: Any, event: Event) -> TransitionRecord | None:
@@ -287,15 +329,20 @@ class EventLogCallback(Callback):
     def trial_failed(self, trial: Any, exc: BaseException | None, restoring: bool) -> None:
         """Record the typed failure and make Ray follow the fold's decision."""
         self._track(trial)
+        self._awaiting_result.discard(surface.trial_id(trial))  # this attempt is over
         before = self._state(trial)
         known_checkpoints = before.checkpoints if before else ()
         policy = self.policy_in_force
         if exc is None:
             exc = RuntimeError("Ray reported a failure without an exception")
         phase = Status.RESTORING if restoring else Status.RUNNING
+        if (policy.restore_phase is RestorePhase.UNTIL_FIRST_REPORT and before is not None
+                and before.status is Status.RUNNING and before.unconfirmed_restore is not None):
+            phase = Status.RESTORING  # before the attempt's first result: still its restore
         error = classify(exc, phase, policy.fatal_exception_types)
         node = surface.failure_node(trial, exc, self._started.pop(surface.trial_id(trial), None))
         record = self._record(trial, TrialFailed(error=error, node=node))
+        self._failures_recorded.add(surface.trial_id(trial))
         if record is None:
             return  # refused by the fold: Ray's own accounting stands
         self._steer(trial, record, known_checkpoints)
@@ -487,16 +534,31 @@ class EventLogCallback(Callback):
 
     def _reconcile(self, trials: list[Any]) -> None:
         """First step of a driver: align the log and Ray's restored trials, put budgets back."""
+        if not trials:
+            return
+        recorder = self._ensure_log(trials[0], trials)
+        renamed = getattr(recorder.log, "renamed_from", None)
+        if renamed is not None:
+            self._record_rename(trials, renamed)
         for trial in trials:
+            known = self._ensure_log(trial).state(surface.trial_id(trial)) is not None
             state = self._track(trial)
             if state is None:
                 continue
             trial_id = surface.trial_id(trial)
+            self._objects[trial_id] = id(trial)
             ray_failures = surface.num_failures(trial)
             current = surface.current_checkpoint(trial)
-            plan = reconcile(state, surface.status(trial), ray_failures, current)
+            plan = reconcile(state, surface.status(trial), ray_failures, current, known=known,
+                             ray_fresh=surface.never_ran(trial))
             if plan.event is not None:
                 self._record(trial, plan.event)
+            if plan.adopted is not None:
+                logger.warning(
+                    "statemachine: trial %s: num_failures %d adopted from %s (the event log "
+                    "%s)", trial_id, plan.adopted.failures, plan.adopted.source,
+                    f"counted {state.failures}" if known else "did not know the trial")
+                self._record(trial, plan.adopted)
             elif plan.error_in_ray_only:
                 logger.warning("statemachine: trial %s is ERROR in Ray but %s in the log",
                                trial_id, state.status)
@@ -516,6 +578,20 @@ class EventLogCallback(Callback):
             if self.policy_in_force.avoid_failed_nodes:
                 self._restore_placement(trial)
 
+    def _record_rename(self, trials: list[Any], renamed: tuple[str, str | None]) -> None:
+        """The experiment continues under its new name: say so in every restored trial."""
+        old_name, old_path = renamed
+        new_path = redact_uri(surface.experiment_path(trials[0]))
+        print(f"statemachine: experiment {storable_name(old_name)} continues as "
+              f"{self.experiment} (moved or renamed; its event log history is kept)",
+              flush=True)
+        assert self._recorder is not None
+        for trial in trials:
+            if self._recorder.state(surface.trial_id(trial)) is not None:
+                self._record(trial, ExperimentRenamed(
+                    old_name=old_name, new_name=storable_name(self.experiment or ""),
+                    old_storage_path=old_path, new_storage_path=new_path))
+
     # ------------------------------------------------------------------ Tune hooks
 
     @_never_raises
@@ -526,15 +602,19 @@ class EventLogCallback(Callback):
             self._recorder.close()
             self._close_log_sync()
             self._reset_runtime()
-        seam.install()
-        seam.add_listener(self)
+        self._listen()
 
     @_never_raises
     def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
         """On the driver's first step, reconcile restored trials; track new ones."""
+        if self._finished:
+            self._start_again()
         if not self._reconciled:
-            self._reconciled = True
-            self._reconcile(trials)
+            self._session_kind = "restore" if trials else "fresh"
+            try:
+                self._reconcile(trials)
+            finally:  # once: a failed reconcile is reported, never retried every step
+                self._reconciled = True
             self._upload_log()
         self._track_new(trials)
         if self._avoiding:
@@ -552,6 +632,7 @@ class EventLogCallback(Callback):
         """Settle pending stops, forget unused recover answers, retry queued writes."""
         self._settle_stops()
         self._recover.clear()
+        self._failures_recorded.clear()
         if self._recorder is not None:
             self._recorder.flush()
 
@@ -564,8 +645,48 @@ class EventLogCallback(Callback):
         started = surface.started_actor(trial)
         self._started[trial_id] = started
         self._avoiding.pop(trial_id, None)  # placed: the wait is over
+        self._awaiting_result.add(trial_id)
         self._record(trial, TrialStarted(restore_from=surface.current_checkpoint(trial),
                                          node=started[1]))
+
+    @_never_raises
+    def on_trial_recover(self, iteration: int, trials: list[Any], trial: Any,
+                         **info: Any) -> None:
+        """Ray retries the trial after a failure (recorded by the seam)."""
+        self._check_failure_seen(trial)
+
+    @_never_raises
+    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any,
+                       **info: Any) -> None:
+        """The trial failed for good (recorded by the seam)."""
+        self._check_failure_seen(trial)
+
+    def _check_failure_seen(self, trial: Any) -> None:
+        """A failure Tune reports that the seam did not: say so once (it is not recorded)."""
+        if surface.trial_id(trial) in self._failures_recorded:
+            return
+        global _said_no_seam
+        if not _said_no_seam:
+            _said_no_seam = True
+            logger.warning(
+                "statemachine: a failure of trial %s reached Tune's callbacks but not the "
+                "error seam (Trial methods not wrapped: was the callback given to this "
+                "TuneController after it started?); such failures are not in the event log",
+                surface.trial_id(trial))
+    def on_trial_result(self, iteration: int, trials: list[Any], trial: Any,
+                        result: dict[str, Any], **info: Any) -> None:
+        """The first result of each attempt is recorded (``FirstResult``); later ones not.
+
+        It ends the stretch in which a failure can still be one of the user's restore
+        (``restoring()``, ``RetryPolicy(restore_phase="until_first_report")``).
+        """
+        trial_id = surface.trial_id(trial)
+        if trial_id not in self._awaiting_result:
+            return
+        self._awaiting_result.discard(trial_id)
+        iteration_done = result.get("training_iteration") if isinstance(result, dict) else None
+        self._record(trial, FirstResult(
+            iteration=iteration_done if type(iteration_done) is int else None))
 
     @_never_raises
     def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any,
@@ -590,7 +711,9 @@ class EventLogCallback(Callback):
         """Write what is queued, report what could not be written, close the log."""
         self._settle_stops()
         self._track_new(trials)
+        self._align_end(trials)
         seam.remove_listener(self)
+        self._seam_listening = False
         recorder = self._recorder
         if recorder is None:
             return
@@ -601,17 +724,48 @@ class EventLogCallback(Callback):
             if state is not None and state.status.value != ray_status:
                 logger.warning("statemachine: trial %s ends %s in Ray but %s in the log",
                                trial_id, ray_status, state.status)
-        self._summary = self.summary()
+        self._summary = summary = self.summary()
+        where = ""
+        if recorder.unwritten or recorder.rejected:
+            target = self._unwritten_path(trials)
+            try:
+                where = f"saved to {recorder.save_unwritten(target)}"
+            except OSError as exc:
+                where = f"they could not be saved to {target} either ({exc})"
+        # INFO when everything is in the log; otherwise WARNING or worse, naming the file
         if recorder.unwritten:
-            saved = recorder.save_unwritten(self._unwritten_path(trials))
-            logger.error(
-                "statemachine: %d event(s) could not be written to %s; saved to %s (%s)",
-                recorder.unwritten, self.store_url, saved, self._summary,
-            )
+            logger.error("statemachine: %d event(s) could not be written to %s; %s (%s)",
+                         recorder.unwritten, self.store_url, where, summary)
+        elif recorder.rejected:
+            logger.warning(
+                "statemachine: %d event(s) refused by the state machine were not written to "
+                "%s; %s (%s)", recorder.rejected, self.store_url, where, summary)
+        elif self.hook_errors:
+            logger.warning(
+                "statemachine: %d callback hook(s) failed (logged above): the log at %s may "
+                "miss events (%s)", self.hook_errors, self.store_url, summary)
         else:
-            logger.info("statemachine: event log summary: %s", self._summary)
+            logger.info("statemachine: event log summary: %s", summary)
         recorder.close(clean=not recorder.unwritten)
         self._close_log_sync()
+        self._finished = True
+
+    def _start_again(self) -> None:
+        """The same callback in a new run without ``setup()`` (a ``TuneController`` built
+        directly): a new driver session, as ``setup()`` starts for a ``Tuner``."""
+        self._reset_runtime()
+    def _align_end(self, trials: list[Any]) -> None:
+        """However the experiment ended (fail_fast, a stopper, a time budget, SIGINT), the log
+        ends with Ray's status for every trial Ray leaves behind."""
+        if self._recorder is None:
+            return
+        for trial in trials:
+            state = self._state(trial)
+            if state is None:
+                continue
+            event = end_event(state.status, surface.status(trial))
+            if event is not None:
+                self._record(trial, event)
 
     # ------------------------------------------------------------------ the log's copy
 

@@ -1,8 +1,9 @@
 """Delete the checkpoint folders a ``restart_from_scratch`` discarded, and nothing else.
 
 Deletion goes through the trial's storage filesystem (local or remote) and refuses any path
-that is not inside the trial's own directory: ``..`` components, paths elsewhere, and local
-symlinks leading out are refused with a reason, never followed. (Making Ray forget those
+that is not inside the trial's own directory: ``..`` components, paths elsewhere, local
+symlinks leading out, and paths no filesystem can hold (a NUL character) are refused with a
+reason, never followed; a refusal never skips the other paths. (Making Ray forget those
 checkpoints, or fall back to an older one, is Ray bookkeeping:
 :func:`statemachine.tune.ray_surface.forget_checkpoints` and
 :func:`~statemachine.tune.ray_surface.restore_from`.)
@@ -41,6 +42,8 @@ def refusal(path: str, trial_dir: str, local: bool) -> str | None:
     """Why ``path`` must not be deleted as a checkpoint of the trial in ``trial_dir``."""
     if not path:
         return "empty path"
+    if "\x00" in path or "\x00" in trial_dir:
+        return "the path contains a NUL character (no filesystem has such a file)"
     if ".." in path.replace("\\", "/").split("/"):
         return "the path contains '..'"
     norm_dir = posixpath.normpath(trial_dir)
@@ -62,7 +65,10 @@ def delete_checkpoint_dirs(trial: Any, paths: list[str]) -> DeletionReport:
     trial_dir = ray_surface.trial_path(trial)
     local = is_local_filesystem(fs)
     for path in paths:
-        reason = refusal(path, trial_dir, local)
+        try:
+            reason = refusal(path, trial_dir, local)
+        except (ValueError, OSError) as exc:  # a path the OS cannot even look at
+            reason = f"the path cannot be checked ({type(exc).__name__}: {exc})"
         if reason is not None:
             report.refused[path] = reason
             logger.warning("statemachine: not deleting checkpoint %s: %s", path, reason)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from statemachine.distribution import install_hint
 from statemachine.exceptions import StateMachineError
 
 #: Lowest supported Ray version (inclusive) and first unsupported one (exclusive).
@@ -55,7 +56,7 @@ def check_ray() -> None:
         import ray
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise UnsupportedRayError(
-            f"statemachine.tune needs ray[tune]: pip install 'statemachine[ray]' ({exc})"
+            f"statemachine.tune needs ray[tune]: {install_hint('ray')} ({exc})"
         ) from None
     check_version(ray.__version__)
     try:
@@ -63,7 +64,7 @@ def check_ray() -> None:
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise UnsupportedRayError(
             f"ray {ray.__version__}: {exc}; statemachine.tune needs ray[tune] (tested with "
-            f"{tested_text()}): pip install 'statemachine[ray]'"
+            f"{tested_text()}): {install_hint('ray')}"
         ) from None
     missing = ray_surface.missing_trial_methods()
     if missing:

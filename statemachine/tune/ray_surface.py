@@ -20,6 +20,8 @@ Reads and writes on ``ray.tune.experiment.Trial`` (DeveloperAPI) and what it hol
   :func:`is_restoring`. Same.
 - ``trial.run_metadata.num_failures`` (read and written): :func:`num_failures`,
   :func:`set_num_failures`. Same.
+- ``trial.run_metadata.last_result`` (read: whether the trial ever reported): :func:`never_ran`.
+  Same.
 - ``trial.temporary_state.num_restore_failures`` (written; never saved by Ray):
   :func:`set_restore_failures`. Same.
 - ``trial.latest_checkpoint_result`` (property: the manager's latest result, else
@@ -128,6 +130,7 @@ __all__ = [
     "is_restoring",
     "max_failures",
     "missing_trial_methods",
+    "never_ran",
     "node_ref",
     "num_failures",
     "restore_from",
@@ -222,6 +225,17 @@ def num_failures(trial: Trial) -> int:
 def set_num_failures(trial: Trial, count: int) -> None:
     """Put ``count`` into Ray's failure count."""
     trial.run_metadata.num_failures = count
+
+
+def never_ran(trial: Trial) -> bool:
+    """Whether Ray's trial is PENDING and never ran: no result (``run_metadata.last_result``),
+    no failure and no checkpoint (a new trial, whatever its id)."""
+    try:
+        ran = bool(trial.run_metadata.last_result)
+    except Exception:  # a half-built trial has no run metadata: it never ran
+        ran = False
+    return (str(trial.status) == "PENDING" and not ran and num_failures(trial) == 0
+            and current_checkpoint(trial) is None)
 
 
 def set_restore_failures(trial: Trial, count: int) -> None:
@@ -483,7 +497,7 @@ def _nodes(refresh: bool = False) -> dict[str, dict[str, Any]]:
         if refresh or now - taken > _NODES_TTL_S or not table:
             import ray
 
-            table = {n["NodeID"]: n for n in ray.nodes()}
+            table = {n["NodeID"]: n for n in ray.nodes()}  # type: ignore[no-untyped-call]
             _nodes_cache = (now, table)
         return table
 

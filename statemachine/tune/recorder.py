@@ -8,12 +8,21 @@ cool-down, at every step end and at the end of the experiment). Whatever is stil
 at the end is reported with ``logger.error`` and saved to a JSON-lines file; nothing is
 dropped silently. An event the fold refuses (not valid in the trial's state) is reported and
 counted as rejected.
+
+With ``background=True`` (what :class:`~statemachine.tune.EventLogCallback` uses) an event
+that carries no decision (a start, a checkpoint, a completion: the fold's record has no
+``decision``) is handed to a writer thread, which group-writes the queue while Ray goes on;
+an event that carries a decision (a failure and what to do about it) first waits for
+everything queued before it and is then written at once: it is durable before the call
+returns, i.e. before Ray acts on it. The order of the log is the order of the calls either
+way.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -65,6 +74,8 @@ class Recorder:
         attempts: write attempts per event before it is left queued.
         backoff_s: sleep before the second attempt (doubled each time).
         cooldown_s: after a failed write, how long later events only queue.
+        background: write events that carry no decision from a writer thread (see the
+            module); decision-bearing events are always written before ``record`` returns.
     """
 
     def __init__(
@@ -75,6 +86,7 @@ class Recorder:
         attempts: int = 3,
         backoff_s: float = 0.05,
         cooldown_s: float = 2.0,
+        background: bool = False,
     ) -> None:
         self._open_log = open_log
         self.policy = policy
@@ -94,9 +106,19 @@ class Recorder:
         """Events the fold refused (not valid in the trial's folded state)."""
         self.dead: list[tuple[PendingEvent, str]] = []
         """Events the log refused for good, with the reason."""
+        self.rejected_events: list[tuple[PendingEvent, str]] = []
+        """Events the fold refused, with the reason: never in the log, saved with the
+        unwritten ones."""
         self.refused: str | None = None
         """Why the log can never be opened with this configuration (then it is not retried)."""
         self._failing = False  # a write failed and nothing was written since
+        self.background = background
+        # One writer at a time (the driver's flush or the writer thread): the log, the
+        # queue's head, the counters. Appending to the queue needs no lock (a deque).
+        self._io = threading.RLock()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._writer: threading.Thread | None = None
 
     # ------------------------------------------------------------------ reading
 
@@ -142,8 +164,14 @@ class Recorder:
         return True
 
     def close(self, clean: bool = True) -> None:
-        """Close the log (snapshots and ends the driver session); errors are reported."""
-        log, self.log = self.log, None
+        """Close the log (snapshots and ends the driver session); errors are reported.
+
+        The writer thread is stopped first; call :meth:`flush` before to write what it had
+        queued.
+        """
+        self._stop_writer()
+        with self._io:
+            log, self.log = self.log, None
         if log is None:
             return
         try:
@@ -166,19 +194,65 @@ class Recorder:
             records = [apply(new, e) for e in events]
         except InvalidTransitionError as exc:
             self.rejected += 1
+            self.rejected_events.extend((PendingEvent(trial_id, e, new_event_id()),
+                                         f"refused by the state machine: {exc}")
+                                        for e in events)
             logger.error("statemachine: event not recorded, the fold refuses it: %s", exc)
             return None
         self.states[trial_id] = new
         for e in events:
             self._queue.append(PendingEvent(trial_id, e, new_event_id()))
-        self.flush()
+        if self.background and all(r.decision is None for r in records):
+            self._start_writer()
+            self._wake.set()
+        else:
+            with self._io:  # a decision: durable, after everything before it, before Ray acts
+                self._flush(False)
         return records[-1]
+
+    def _start_writer(self) -> None:
+        if self._writer is None and not self._stopping:
+            self._writer = threading.Thread(
+                target=self._write_in_background, name="statemachine-recorder", daemon=True
+            )
+            self._writer.start()
+
+    def _write_in_background(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self._stopping:
+                return
+            # A log that is not open is (re)opened by the driver's own flush (step end).
+            if self.log is not None:
+                try:
+                    with self._io:
+                        self._flush(False)
+                except Exception as exc:  # never let the thread die with events queued
+                    logger.error("statemachine: the background writer failed: %s", exc)
+
+    def _stop_writer(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            self._stopping = True
+            self._wake.set()
+            writer.join()
+            self._stopping = False
 
     def flush(self, force: bool = False) -> int:
         """Write queued events in order; returns how many are still queued.
 
-        Within the cool-down after a failure nothing is tried unless ``force``.
+        Within the cool-down after a failure nothing is tried unless ``force``. With the
+        writer thread running and the log open, this only wakes it (Tune's step end must not
+        wait for a disk); ``force`` waits for its current write, then writes the rest.
         """
+        if not force and self._writer is not None and self.log is not None:
+            self._wake.set()
+            return len(self._queue)
+        with self._io:
+            return self._flush(force)
+
+    def _flush(self, force: bool) -> int:
         if not self._queue or self.fenced:
             return len(self._queue)
         if not force and time.monotonic() < self._blocked_until:
@@ -245,7 +319,8 @@ class Recorder:
 
     def save_unwritten(self, path: Path) -> Path | None:
         """Save every unwritten event to ``path`` (JSON lines); ``None`` if there are none."""
-        items = [(p, "not written") for p in self._queue] + self.dead
+        self._stop_writer()
+        items = [(p, "not written") for p in self._queue] + self.dead + self.rejected_events
         if not items:
             return None
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ import shutil
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -118,19 +119,38 @@ def test_an_unreadable_copy_on_storage_is_refused_and_the_local_log_kept(
     assert sorted(p.name for p in local.parent.iterdir()) == ["statemachine.db"]
 
 
+class HeldRemote(RemoteFile):
+    """A remote file whose first upload waits until the test releases it."""
+
+    def __init__(self, fs: Any, path: str) -> None:
+        super().__init__(fs, path)
+        self.uploading, self.release = threading.Event(), threading.Event()
+
+    def upload(self, local: Path) -> None:
+        self.uploading.set()
+        assert self.release.wait(30), "the test never released the upload"
+        super().upload(local)
+
+
 def test_uploads_return_at_once_and_coalesce(tmp_path: Path) -> None:
     local = tmp_path / "home" / "statemachine.db"
     write_log(local, trials=50)
     storage = tmp_path / "storage" / "statemachine.db"
-    sync = LogSync(local, RemoteFile(local_fs(), str(storage)))
+    remote = HeldRemote(local_fs(), str(storage))
+    sync = LogSync(local, remote)
     sync.request()
     assert sync.stats.requests == 0, "nothing is uploaded before prepare()"
     sync.prepare()
-    for _ in range(100):
+    sync.request()
+    assert remote.uploading.wait(30), "the first request started no upload"
+    write_log(local, trials=1)  # new events while the first upload is held
+    for _ in range(99):
         sync.request()
+    remote.release.set()
     assert sync.close(timeout=30)
     assert sync.stats.requests == 100
-    assert 1 <= sync.stats.uploads < 100  # requests during an upload became one more upload
+    # the 99 requests made during the held upload became exactly one more upload
+    assert sync.stats.uploads == 2
     assert sync.stats.blocked_max_s < 0.05  # the caller never waits for a copy or upload
     assert log_progress(storage) == log_progress(local)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tune_trainables import restore_attempts
+from tune_trainables import load_attempts, restore_attempts
 
 from tests.tune.tunekit import HERE, replay, stored_events, worker_pythonpath
 
@@ -87,18 +87,28 @@ class Scenario:
 def run_scenario(tmp: Path, callback: str, *, storage: str | None = None,
                  first: Driver | None = None, second: Driver | None = None,
                  before_kill: Callable[[], None] | None = None,
-                 after_kill: Callable[[], None] | None = None) -> Scenario:
+                 after_kill: Callable[[], None] | None = None,
+                 function: bool = False) -> Scenario:
     """Fit, SIGKILL the driver while restore attempt R+1 hangs, ``Tuner.restore``.
 
     ``callback``: ``0`` (plain Ray), ``1`` (``EventLogCallback()``) or a log URL.
     ``storage``: the experiment's ``storage_path`` (default: a folder in ``tmp``).
     ``before_kill``: waits for whatever must be true when the driver is killed (it has
     asserted R+1 restore attempts); ``after_kill``: runs between the two drivers.
+    ``function``: the trial is a function trainable whose own checkpoint loads (inside
+    ``restoring()``) all fail; the driver is killed while load 2 hangs, after load 1 failed.
     """
     ctl = tmp / "ctl"
     ctl.mkdir(parents=True)
     (ctl / "fail-restores").write_text("-1")
     (ctl / "block-restore-after").write_text(str(R))
+    attempts, blocked, block = restore_attempts, R + 1, ctl / "block-restore-after"
+    if function:
+        (ctl / "block-load-after").write_text("1")
+        attempts, blocked, block = (lambda c: load_attempts(c, "t")), 2, ctl / "block-load-after"
+        env = {"CRASH_TRAINABLE": "function"}
+        first = Driver({**env, **(first.env if first else {})}, first.cwd if first else None)
+        second = Driver({**env, **(second.env if second else {})}, second.cwd if second else None)
     storage = storage or str(tmp / "results")
     name, out, log = "crash", tmp / "result.json", tmp / "driver.log"
     args = [storage, name, str(ctl), callback, str(out)]
@@ -106,17 +116,17 @@ def run_scenario(tmp: Path, callback: str, *, storage: str | None = None,
     driver = start_driver(["fit", *args], log, first)
     try:
         deadline = time.monotonic() + 180
-        while restore_attempts(ctl) < R + 1:
+        while attempts(ctl) < blocked:
             assert driver.poll() is None, f"driver ended early:\n{log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"no restore attempt {R + 1}:\n{log.read_text()}"
+            assert time.monotonic() < deadline, f"no restore attempt {blocked}:\n{log.read_text()}"
             time.sleep(0.2)
         time.sleep(0.5)  # the driver is idle now, waiting on the hanging restore
         if before_kill is not None:
             before_kill()
     finally:
         kill_group(driver)
-    before = restore_attempts(ctl)
-    (ctl / "block-restore-after").unlink()
+    before = attempts(ctl)
+    block.unlink()
     if after_kill is not None:
         after_kill()
 
@@ -126,7 +136,7 @@ def run_scenario(tmp: Path, callback: str, *, storage: str | None = None,
     finally:
         kill_group(driver)
     assert out.exists(), f"restore driver wrote no result:\n{log.read_text()[-4000:]}"
-    return Scenario(before, restore_attempts(ctl) - before, json.loads(out.read_text()), log)
+    return Scenario(before, attempts(ctl) - before, json.loads(out.read_text()), log)
 
 
 #: The failures of the scenario's trial as the log records them, with the callback.
@@ -163,3 +173,25 @@ def test_restore_budget_survives_a_driver_crash(tmp_path: Path) -> None:
     (trial_id,) = result
     rows = [e for e in stored_events(url, "crash", trial_id) if e.type_name == "TrialFailed"]
     assert [(e.event.error.kind, e.decision, e.epoch) for e in rows] == EXPECTED_FAILURES
+
+
+def test_a_function_trainables_restore_count_survives_a_driver_crash(tmp_path: Path) -> None:
+    """Killed between two failures of the user's own checkpoint load (``restoring()``)."""
+    scenario = run_scenario(tmp_path, "1", function=True)
+    # Load 1 failed (restore retry 1), load 2 hung at the kill.
+    assert scenario.before == 2
+    # The count holds: load 2 is retry 2 of R=2, load 3 spends a failure (2 of
+    # max_failures=2, recover), load 4 ends the trial. A lost count would take 4 loads.
+    assert scenario.after == 3
+    assert list(scenario.result.values()) == [["ERROR", 3]]
+    url = f"sqlite:///{tmp_path / 'results' / 'crash' / 'statemachine.db'}"
+    (trial_id,) = scenario.result
+    rows = [e for e in stored_events(url, "crash", trial_id) if e.type_name == "TrialFailed"]
+    assert [(e.event.error.kind, e.decision, e.epoch) for e in rows] == [
+        ("TrainingError", "RECOVER", 1),
+        ("RestoreError", "RETRY_RESTORE", 1),
+        ("RestoreError", "RETRY_RESTORE", 2),  # the second driver: retry 2 of 2
+        ("RestoreError", "RECOVER", 2),
+        ("RestoreError", "GIVE_UP", 2),
+    ]
+    assert all(e.event.error.cause_type == "builtins.OSError" for e in rows[1:])

@@ -8,6 +8,8 @@ and failure counts Ray reports in its ``ResultGrid``.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
 import pickle
@@ -345,3 +347,31 @@ def test_a_store_failure_mid_run_is_retried(
     assert [e.seq for e in stored] == list(range(1, len(stored) + 1))
     assert len(stored) == callback.events_recorded
     assert [e.type_name for e in stored].count("CheckpointSaved") == 3
+
+
+def test_sessions_say_fresh_fit_or_restore(ray_cluster: None, tmp_path: Path, ctl: Path) -> None:
+    """A second Tuner.fit() reusing the name is a fresh run, not a resume; Tuner.restore is."""
+    from ray import tune
+
+    from statemachine.cli import main
+    from statemachine.log import EventStore
+    from statemachine.tune import EventLogCallback
+
+    config = {"ctl": str(ctl), "iters": 2, "fail_at": 1, "raise_type": "ValueError"}
+    first = fit(tmp_path, "kinds", config, EventLogCallback(), max_failures=0)
+    second = fit(tmp_path, "kinds", config, EventLogCallback(), max_failures=0)
+    (trial,) = ray_trials(second)
+    tune.Tuner.restore(str(tmp_path / "results" / "kinds"), trainable=Flaky,
+                       resume_errored=True).fit()
+    url = db_url(tmp_path, "kinds")
+    with EventStore.open(url, create=False) as store:
+        kinds = [(s.epoch, s.kind) for s in store.list_sessions("kinds")]
+    assert kinds == [(1, "fresh"), (2, "fresh"), (3, "restore")]
+    assert set(ray_trials(first)) != {trial}
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert main(["--db", url, "explain", trial, "--json"]) == 0
+    explained = [(s["event"], s["text"]) for s in json.loads(out.getvalue())["steps"]]
+    assert explained[0] == ("DriverStarted", "Epoch 2 is a fresh Tuner.fit() that reuses the "
+                            "experiment's name (a new run, not a restore of epoch 1).")
+    resumed = [text for event, text in explained if event == "DriverResumed"]
+    assert len(resumed) == 1 and "epoch 3, a Tuner.restore, took over" in resumed[0]

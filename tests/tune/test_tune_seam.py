@@ -195,3 +195,31 @@ def test_an_errored_trial_resumed_by_tuner_restore_is_reset(
     assert (state.status, state.failures) == (Status.TERMINATED, 1)
     types = [e.type_name for e in stored_events(url, "reset", trial.trial_id)]
     assert types[-3:] == ["TrialReset", "TrialStarted", "TrialCompleted"]
+
+
+def test_the_run_summary_warns_and_names_the_file_of_events_not_written(
+    ray_cluster: None, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import json
+    import logging
+
+    from statemachine.domain.events import RestoreSucceeded
+    from statemachine.tune import EventLogCallback
+
+    callback = EventLogCallback(url=f"sqlite:///{tmp_path / 'log.db'}")
+    callback.setup()
+    trial = make_trial(tmp_path, "summary")
+    callback.on_step_begin(iteration=0, trials=[])
+    callback.on_step_begin(iteration=1, trials=[trial])  # Tune added it: tracked
+    start(callback, trial)
+    callback._record(trial, RestoreSucceeded())  # RUNNING: the fold refuses it
+    with caplog.at_level(logging.INFO, logger="statemachine"):
+        callback.on_experiment_end(trials=[trial])
+    (line,) = [r for r in caplog.records if "were not written" in r.getMessage()]
+    assert line.levelno == logging.WARNING
+    (saved,) = Path(trial.storage.experiment_fs_path).glob("statemachine-unwritten-*.jsonl")
+    assert str(saved) in line.getMessage()
+    rows = [json.loads(x) for x in saved.read_text().splitlines()]
+    assert [r["type"] for r in rows] == ["RestoreSucceeded"]
+    assert rows[0]["reason"].startswith("refused by the state machine")
+    assert not [r for r in caplog.records if "event log summary" in r.getMessage()]

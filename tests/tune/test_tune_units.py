@@ -77,6 +77,7 @@ def test_checkpoint_deletion_refuses_paths_outside_the_trial(tmp_path: Path) -> 
     assert "not inside" in refusal(f"{trial}_other/checkpoint_0", str(trial), True)
     assert "symlink" in refusal(str(trial / "escape"), str(trial), True)
     assert "symlink" in refusal(str(trial / "escape" / "sub"), str(trial), True)
+    assert "NUL" in refusal(f"{trial}/checkpoint_0\x00", str(trial), True)
     # Remote filesystems have no symlinks to check, the path rules still hold.
     assert refusal("bucket/exp/trial_1/checkpoint_000001", "bucket/exp/trial_1", False) is None
     assert "'..'" in refusal("bucket/exp/trial_1/../x", "bucket/exp/trial_1", False)
@@ -170,3 +171,32 @@ def test_the_oldest_supported_ray_is_the_one_ci_tests() -> None:
     (pinned,) = re.findall(r"^OLD_RAY=([\d.]+)$", (REPO / ".ci" / "run").read_text(), re.M)
     assert parse_version(pinned) == MIN_RAY
     assert TESTED_RAY[0] == pinned
+
+
+def test_a_failure_the_seam_did_not_record_is_warned_about_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``on_trial_error``/``on_trial_recover`` for a failure the seam never reported (the
+    callback joined a controller late): one warning, whatever the number of failures."""
+    from types import SimpleNamespace
+
+    from statemachine.tune import EventLogCallback
+    from statemachine.tune import callback as module
+
+    monkeypatch.setattr(module, "_said_no_seam", False)
+    callback = EventLogCallback()
+    with caplog.at_level("WARNING", logger=module.__name__):
+        for trial_id in ("a", "b"):
+            trial = SimpleNamespace(trial_id=trial_id)
+            callback.on_trial_recover(1, [trial], trial)
+            callback.on_trial_error(1, [trial], trial)
+    warned = [r for r in caplog.records if "not the error seam" in r.getMessage()]
+    assert len(warned) == 1
+    assert callback.hook_errors == 0
+    # a failure the seam recorded in this step is not warned about
+    monkeypatch.setattr(module, "_said_no_seam", False)
+    callback._failures_recorded.add("c")
+    caplog.clear()
+    trial = SimpleNamespace(trial_id="c")
+    callback.on_trial_error(1, [trial], trial)
+    assert not [r for r in caplog.records if "not the error seam" in r.getMessage()]
