@@ -17,6 +17,8 @@ import click
 
 from statemachine.cli.db import DB_URL_ENV
 from statemachine.cli.output import Output
+from statemachine.cli.safe_text import one_line
+from statemachine.distribution import DISTRIBUTION
 from statemachine.exceptions import StateMachineError
 
 PROG = "trial-replay"
@@ -26,7 +28,7 @@ EXIT_BAD_INPUT = 2
 
 
 def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
+    return one_line(text)  # names from the log may hold control characters
 
 
 class ReplayGroup(click.Group):
@@ -80,15 +82,17 @@ class ReplayGroup(click.Group):
 @click.group(PROG, cls=ReplayGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--db",
+    "-d",
     envvar=DB_URL_ENV,
     show_envvar=True,
     metavar="URL|FILE|FOLDER",
     help=(
         "The event log: a SQLAlchemy URL, a SQLite file, an experiment folder, or an "
-        "experiment on storage (s3://bucket/path/experiment, read from a downloaded copy)."
+        "experiment on storage (s3://bucket/path/experiment, read from a downloaded copy). "
+        "Also accepted after the command."
     ),
 )
-@click.version_option(package_name="statemachine", prog_name=PROG)
+@click.version_option(package_name=DISTRIBUTION, prog_name=PROG)
 @click.pass_context
 def cli(ctx: click.Context, db: str | None) -> None:
     """Replay a Ray Tune experiment's trial event log: what happened to each trial, why it
@@ -108,6 +112,7 @@ COMMANDS = (
     "commands.timeline:timeline",
     "commands.diagram:diagram",
     "commands.tail:tail",
+    "commands.serve:serve",
     "commands.verify:verify",
     "commands.transfer:export",
     "commands.transfer:import_",
@@ -116,10 +121,33 @@ COMMANDS = (
 )
 
 
+def _set_db(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    """``--db`` given after the command: it wins over the one before it and the variable."""
+    if value is not None:
+        ctx.ensure_object(Output).db = value
+
+
+def _db_option() -> click.Option:
+    return click.Option(
+        ["--db", "-d"], metavar="URL|FILE|FOLDER", expose_value=False, is_eager=True,
+        callback=_set_db, help="The event log (as the --db before the command).",
+    )
+
+
+def _with_db_option(command: click.Command) -> None:
+    """Accept ``--db``/``-d`` after ``command`` (and after each of a group's commands)."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _with_db_option(sub)
+    if not any("--db" in p.opts for p in command.params if isinstance(p, click.Option)):
+        command.params.append(_db_option())
+
+
 def _register() -> None:
     for entry in COMMANDS:
         module, attribute = entry.split(":")
         command = getattr(importlib.import_module(f"statemachine.cli.{module}"), attribute)
+        _with_db_option(command)
         cli.add_command(command)
 
 

@@ -26,9 +26,12 @@ import click
 from statemachine.cli.commands.explain import print_explanation
 from statemachine.cli.db import DB_URL_ENV, DEFAULT_LOG_FILENAME, BadInput, open_store
 from statemachine.cli.explain import explain_trial
+from statemachine.cli.invocation import replay_command
 from statemachine.cli.output import Output, json_option
-from statemachine.cli.reading import decode_trial, fold_states, session_ends
+from statemachine.cli.reading import decode_trial, fold_states, session_ends, session_kinds
+from statemachine.cli.safe_text import cell
 from statemachine.cli.schema import trial_row
+from statemachine.distribution import install_hint
 
 NAME = "demo"
 RESTORE_RETRY_NUM = 2
@@ -76,6 +79,75 @@ def _tail(log: Path) -> str:
     return " | ".join(text.strip().splitlines()[-3:])
 
 
+class Progress:
+    """What the demo is doing while a driver runs: a spinner on stderr with the step, the
+    seconds so far and the latest event the callback recorded (its trial, type, decision).
+
+    Drawn only on a terminal; otherwise (a pipe, a CI log) the step lines printed by ``say``
+    are all there is.
+    """
+
+    def __init__(self, db_file: Path) -> None:
+        from rich.console import Console
+
+        self.db_file = db_file
+        self.console = Console(stderr=True)
+        self.step = ""
+        self.started = time.monotonic()
+        self.events = 0
+        self.latest = ""
+        self._position = 0
+        self._store: Any = None
+        self._status: Any = None
+
+    def __enter__(self) -> Progress:
+        if self.console.is_terminal:
+            self._status = self.console.status("starting", spinner="dots")
+            self._status.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._status is not None:
+            self._status.__exit__(None, None, None)
+        if self._store is not None:
+            self._store.close()
+
+    def begin(self, step: str) -> None:
+        """A new step (shown until the next one)."""
+        self.step = step
+        self.tick()
+
+    def tick(self) -> None:
+        """Read the log's new events and redraw the line."""
+        self._read()
+        if self._status is None:
+            return
+        from rich.text import Text
+
+        seen = (f"{self.events} events, latest: {self.latest}" if self.events
+                else "starting Ray")
+        line = Text(self.step)  # text from the log is shown literally (cell: no markup)
+        line.append_text(cell(f" ({time.monotonic() - self.started:.0f} s; {seen})", "dim"))
+        self._status.update(line)
+
+    def _read(self) -> None:
+        from statemachine.exceptions import StateMachineError
+        from statemachine.log import EventStore
+
+        try:
+            if self._store is None:
+                if not self.db_file.is_file():
+                    return
+                self._store = EventStore.open(str(self.db_file), create=False)
+            for row in self._store.read_experiment(NAME, from_position=self._position):
+                self._position = max(self._position, row.position)
+                self.events += 1
+                decision = f" -> {row.decision}" if row.decision else ""
+                self.latest = f"{row.trial_id} {row.type_name}{decision}"
+        except StateMachineError:
+            pass  # the log is being created, or migrated: next tick
+
+
 def run_experiment(workdir: Path, say: Any) -> dict[str, Any]:
     """Run both drivers; return where the experiment and its log are."""
     from statemachine.cli.demo_trainable import restore_attempts
@@ -86,32 +158,41 @@ def run_experiment(workdir: Path, say: Any) -> dict[str, Any]:
     (ctl / "fail-restores-recovers").write_text("1")
     (ctl / "hang-restore-restore_flaky").write_text("2")
     started = time.monotonic()
-    say(f"Driver 1: Tuner.fit() of 2 trials with EventLogCallback, max_failures=1, "
-        f"TUNE_RESTORE_RETRY_NUM={RESTORE_RETRY_NUM} (Ray output: {log})")
-    first = _start("fit", storage, ctl, log)
-    try:
-        deadline = time.monotonic() + WAIT_FOR_CRASH_POINT
-        while restore_attempts(ctl, "restore_flaky") < 2:
-            if first.poll() is not None:
-                raise DemoError(f"driver 1 ended early (exit {first.returncode}): {_tail(log)}")
-            if time.monotonic() > deadline:
-                raise DemoError(f"driver 1 never reached the crash point: {_tail(log)}")
-            time.sleep(0.2)
-        time.sleep(1.0)  # let Tune save its experiment state as it would before a crash
-    finally:
-        _kill(first)
-    (ctl / "hang-restore-restore_flaky").unlink()
-    say(f"Driver 1 killed with SIGKILL during restore attempt 2 of restore_flaky "
-        f"({time.monotonic() - started:.0f} s in)")
-    say("Driver 2: Tuner.restore() of the same experiment")
-    second = _start("restore", storage, ctl, log)
-    try:
-        code = second.wait(timeout=WAIT_FOR_RESTORE)
-    except subprocess.TimeoutExpired:
-        raise DemoError(f"driver 2 did not finish in {WAIT_FOR_RESTORE:.0f} s: "
-                        f"{_tail(log)}") from None
-    finally:
-        _kill(second)
+    with Progress(storage / NAME / DEFAULT_LOG_FILENAME) as progress:
+        say(f"Driver 1: Tuner.fit() of 2 trials with EventLogCallback, max_failures=1, "
+            f"TUNE_RESTORE_RETRY_NUM={RESTORE_RETRY_NUM} (Ray output: {log})")
+        progress.begin("Driver 1: Tuner.fit()")
+        first = _start("fit", storage, ctl, log)
+        try:
+            deadline = time.monotonic() + WAIT_FOR_CRASH_POINT
+            while restore_attempts(ctl, "restore_flaky") < 2:
+                if first.poll() is not None:
+                    raise DemoError(
+                        f"driver 1 ended early (exit {first.returncode}): {_tail(log)}")
+                if time.monotonic() > deadline:
+                    raise DemoError(f"driver 1 never reached the crash point: {_tail(log)}")
+                time.sleep(0.2)
+                progress.tick()
+            time.sleep(1.0)  # let Tune save its experiment state as it would before a crash
+        finally:
+            _kill(first)
+        (ctl / "hang-restore-restore_flaky").unlink()
+        say(f"Driver 1 killed with SIGKILL during restore attempt 2 of restore_flaky "
+            f"({time.monotonic() - started:.0f} s in)")
+        say("Driver 2: Tuner.restore() of the same experiment")
+        progress.begin("Driver 2: Tuner.restore()")
+        second = _start("restore", storage, ctl, log)
+        try:
+            deadline = time.monotonic() + WAIT_FOR_RESTORE
+            while second.poll() is None:
+                if time.monotonic() > deadline:
+                    raise DemoError(f"driver 2 did not finish in {WAIT_FOR_RESTORE:.0f} s: "
+                                    f"{_tail(log)}")
+                time.sleep(0.2)
+                progress.tick()
+            code = second.returncode
+        finally:
+            _kill(second)
     if code != 0:
         raise DemoError(f"driver 2 failed (exit {code}): {_tail(log)}")
     folder = storage / NAME
@@ -141,14 +222,17 @@ def _interest(row: dict[str, Any]) -> tuple[int, int, int]:
 def demo(out: Output, workdir: Path | None, as_json: bool) -> int:
     """Run a small real Ray Tune experiment (2 trials, 2 CPUs) on an embedded SQLite log with
     injected restore failures and a driver crash and resume, then print ``trials`` and
-    ``explain`` for the most interesting trial. Needs ``statemachine[ray]``."""
+    ``explain`` for the most interesting trial. Needs the ``ray`` extra."""
     try:
         import ray  # noqa: F401
     except ImportError:
-        raise BadInput("the demo needs Ray Tune: pip install 'statemachine[ray]'") from None
+        raise BadInput(f"the demo needs Ray Tune: {install_hint('ray')}") from None
     if workdir is None:
         workdir = Path(tempfile.mkdtemp(prefix="trial-replay-demo-"))
-    elif workdir.exists() and any(workdir.iterdir()):
+    # Ray's storage_path must be absolute (a relative one fails in pyarrow: "URI has empty
+    # scheme"), and the commands printed at the end must work from any folder.
+    workdir = workdir.expanduser().absolute()
+    if workdir.exists() and any(workdir.iterdir()):
         raise BadInput(f"--dir {workdir} is not empty; give a new or empty folder")
     workdir.mkdir(parents=True, exist_ok=True)
 
@@ -161,9 +245,10 @@ def demo(out: Output, workdir: Path | None, as_json: bool) -> int:
         rows = [trial_row(s) for s in fold_states(store, NAME, out)]
         tags = {r["trial_id"]: _tag(store.read_trial(NAME, r["trial_id"])) for r in rows}
         chosen = max(rows, key=_interest)["trial_id"]
+        sessions = store.list_sessions(NAME)
         explanation = explain_trial(
             chosen, decode_trial(store.read_trial(NAME, chosen), out),
-            session_ends(store.list_sessions(NAME)),
+            session_ends(sessions), session_kinds(sessions),
         )
     if as_json:
         out.json({"experiment": NAME, "folder": str(folder), "seconds": run["seconds"],
@@ -172,7 +257,7 @@ def demo(out: Output, workdir: Path | None, as_json: bool) -> int:
         return out.exit_code
     say(f"Done in {run['seconds']} s. The event log: {folder / DEFAULT_LOG_FILENAME}")
     say("")
-    say(f"$ trial-replay --db {folder} trials {NAME}")
+    say(f"$ {replay_command('--db', folder, 'trials', NAME)}")
     out.table(
         ["trial", "tag", "status", "failures", "restore fails (episode/total)", "last error",
          "last decision"],
@@ -181,8 +266,9 @@ def demo(out: Output, workdir: Path | None, as_json: bool) -> int:
           r["last_error_type"] or "", r["last_decision"] or ""] for r in rows],
     )
     say("")
-    say(f"$ trial-replay --db {folder} explain {NAME} {chosen}")
+    say(f"$ {replay_command('--db', folder, 'explain', NAME, chosen)}")
     print_explanation(out, explanation)
     say("")
-    say(f"Try: trial-replay --db {folder} timeline {NAME} -o timeline.html")
+    say(f"Try: {replay_command('--db', folder, 'timeline', NAME, '-o', 'timeline.html')}")
+    say(f"     {replay_command('--db', folder, 'serve')}")
     return out.exit_code

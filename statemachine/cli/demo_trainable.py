@@ -45,7 +45,9 @@ class DemoTrainable(tune.Trainable):
     def save_checkpoint(self, checkpoint_dir: str) -> None:
         Path(checkpoint_dir, "state.json").write_text(json.dumps({"i": self.i}))
 
-    def load_checkpoint(self, checkpoint_dir: str) -> None:
+    def load_checkpoint(self, checkpoint_dir: dict[Any, Any] | str | None) -> None:
+        # Ray's stub says dict; a save_checkpoint that returns None gets the folder's path.
+        assert isinstance(checkpoint_dir, str), checkpoint_dir
         n = restore_attempts(self.ctl, self.tag) + 1
         (self.ctl / f"restore-{self.tag}-{n}").write_text(str(os.getpid()))
         hang = self.ctl / f"hang-restore-{self.tag}"

@@ -7,10 +7,12 @@ tried), effects and decisions all come from :data:`statemachine.domain.machine.M
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 import graphviz
 from transitions import Machine
+from transitions.core import Condition
 
 from statemachine.cli.palette import STATUS_COLOURS
 from statemachine.domain.machine import MACHINE
@@ -31,15 +33,15 @@ def _name(func: object) -> str:
     return getattr(func, "__name__", repr(func))
 
 
-def _guard_text(conditions: list[object]) -> str:
+def _guard_text(conditions: Sequence[Condition]) -> str:
     parts = [
-        _name(c.func) if c.target else f"not {_name(c.func)}"  # type: ignore[attr-defined]
+        _name(c.func) if c.target else f"not {_name(c.func)}"
         for c in conditions
     ]
     return f"[{' and '.join(parts)}]" if parts else "[otherwise]"
 
 
-def _decision(effects: list[object]) -> str:
+def _decision(effects: Sequence[object]) -> str:
     for effect in effects:
         name = _name(effect)
         if name.startswith("decide_"):
@@ -78,8 +80,8 @@ def build_graph(machine: Machine = MACHINE) -> graphviz.Digraph:
                 if decision:
                     line = f"{line} → {decision}" if line else f"→ {decision}"
                 elif t.dest is None and t.before:
-                    effects = ", ".join(_name(b) for b in t.before)
-                    line = f"{line} / {effects}" if line else f"/ {effects}"
+                    effect_text = ", ".join(_name(b) for b in t.before)
+                    line = f"{line} / {effect_text}" if line else f"/ {effect_text}"
                 if numbered:
                     line = f"{index}. {line}"
                 by_dest[dest].append(line)

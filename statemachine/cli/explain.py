@@ -7,6 +7,7 @@ moment, e.g. ``Restore failure # 2 (retry 2 of 3)``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,7 +16,10 @@ from typing import Any, Protocol
 from statemachine.domain.events import (
     CheckpointSaved,
     CheckpointsDiscarded,
+    CountersAdopted,
     Event,
+    ExperimentRenamed,
+    FirstResult,
     NodeAvoidanceDropped,
     NodesAvoided,
     PolicySet,
@@ -24,6 +28,7 @@ from statemachine.domain.events import (
     TrialCompleted,
     TrialFailed,
     TrialPaused,
+    TrialRecreated,
     TrialReset,
     TrialResumed,
     TrialStarted,
@@ -32,7 +37,7 @@ from statemachine.domain.events import (
 from statemachine.domain.failures import AbortError, ActorError, RestoreError
 from statemachine.domain.machine import TransitionRecord, apply
 from statemachine.domain.nodes import NodeRef, short_node_id
-from statemachine.domain.policy import RetryPolicy
+from statemachine.domain.policy import RestorePhase, RetryPolicy
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Decision, Status
 
@@ -40,10 +45,17 @@ from statemachine.domain.status import Decision, Status
 class Located(Protocol):
     """Where an event sits in the log (the columns of a stored event explain reads)."""
 
-    position: int
-    seq: int
-    epoch: int
-    recorded_at: datetime
+    @property
+    def position(self) -> int: ...
+
+    @property
+    def seq(self) -> int: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def recorded_at(self) -> datetime: ...
 
 
 @dataclass(frozen=True)
@@ -88,6 +100,9 @@ def describe_policy(policy: RetryPolicy) -> str:
     if policy.avoid_failed_nodes:
         parts.append(f"restore retries avoid the nodes that failed (waiting up to "
                      f"{policy.avoid_nodes_wait_s} s for another node)")
+    if policy.restore_phase is RestorePhase.UNTIL_FIRST_REPORT:
+        parts.append("a failure after a restore and before the attempt's first result is a "
+                     "restore failure (restore_phase=until_first_report)")
     return ", ".join(parts)
 
 
@@ -130,11 +145,17 @@ def _cause(event: TrialFailed) -> str:
 class _Narrator:
     """Folds one trial's events and words each transition."""
 
-    def __init__(self, trial_id: str, sessions: Mapping[int, str]) -> None:
+    def __init__(
+        self, trial_id: str, sessions: Mapping[int, str], kinds: Mapping[int, str | None]
+    ) -> None:
         self.state = TrialState(trial_id)
         self.sessions = sessions
+        self.kinds = kinds
         self.restore_ordinal = 0
         self.preemption_ordinal = 0
+        # the restore Ray called succeeded while no result came yet: its step and ordinal
+        self.held_restore: tuple[int, int] | None = None
+        self._restored_ordinal = 0
         self.last_epoch: int | None = None
         self.steps: list[Step] = []
         self.last_failure: Step | None = None
@@ -143,6 +164,8 @@ class _Narrator:
         epoch = where.epoch if where is not None else None
         if epoch is not None and self.last_epoch is not None and epoch != self.last_epoch:
             self._epoch_change(self.last_epoch, epoch)
+        elif epoch is not None and self.last_epoch is None and epoch > 1:
+            self._first_epoch(epoch)
         if epoch is not None:
             self.last_epoch = epoch
         before = self.state.copy()
@@ -159,6 +182,11 @@ class _Narrator:
         self.steps.append(step)
         if isinstance(event, TrialFailed):
             self.last_failure = step
+        if isinstance(event, RestoreSucceeded):
+            self.held_restore = (len(self.steps) - 1, self._restored_ordinal)
+        elif not isinstance(event, (PolicySet, CheckpointSaved, NodesAvoided,
+                                    NodeAvoidanceDropped, CheckpointsDiscarded)):
+            self.held_restore = None
         return record
 
     def _epoch_change(self, old: int, new: int) -> None:
@@ -168,13 +196,39 @@ class _Narrator:
             "crashed": "crashed (its session never ended)",
         }.get(end, "ended")
         s = self.state
+        kind = self.kinds.get(new)
+        if kind == "fresh":
+            self.steps.append(Step(
+                None, None, new, "DriverStarted", None,
+                f"The driver of epoch {old} {how}; epoch {new} is a fresh Tuner.fit() that "
+                "reuses the experiment's name, not a restore: it kept the counters the log "
+                f"holds (failures {s.failures}, restore failures this episode "
+                f"{s.restore_failures}, preemptions {s.preemptions}).",
+            ))
+            return
+        by = ", a Tuner.restore," if kind == "restore" else ""
         self.steps.append(Step(
             None, None, new, "DriverResumed", None,
-            f"The driver of epoch {old} {how}; epoch {new} took over with the counters the "
-            f"log kept: failures {s.failures}, restore failures this episode "
-            f"{s.restore_failures}, preemptions {s.preemptions} (Ray itself would have lost "
-            "the restore counter).",
+            f"The driver of epoch {old} {how}; epoch {new}{by} took over with the counters "
+            f"the log kept: failures {s.failures}, restore failures this episode "
+            f"{s.restore_failures or s.unconfirmed_restore_failures}, preemptions "
+            f"{s.preemptions} (Ray itself would have lost the restore counter).",
         ))
+
+    def _first_epoch(self, epoch: int) -> None:
+        """A trial first seen after epoch 1: say whether its driver was a fresh run."""
+        kind = self.kinds.get(epoch)
+        if kind == "fresh":
+            self.steps.append(Step(
+                None, None, epoch, "DriverStarted", None,
+                f"Epoch {epoch} is a fresh Tuner.fit() that reuses the experiment's name "
+                f"(a new run, not a restore of epoch {epoch - 1}).",
+            ))
+        elif kind == "restore":
+            self.steps.append(Step(
+                None, None, epoch, "DriverResumed", None,
+                f"Epoch {epoch} is a Tuner.restore of the experiment.",
+            ))
 
     def _word(self, before: TrialState, event: Event, record: TransitionRecord) -> str:
         state = self.state
@@ -197,8 +251,21 @@ class _Narrator:
                       if event.waited_ms is not None else "")
             return f"Node exclusion dropped{waited}: {why}."
         if isinstance(event, RestoreSucceeded):
-            self.restore_ordinal = 0
+            self._restored_ordinal, self.restore_ordinal = self.restore_ordinal, 0
+            if before.user_restore_failed:
+                return (f"Ray's restore from {_checkpoint(state.unconfirmed_restore)} returned; "
+                        "the trainable loads the checkpoint itself next (restore failures of "
+                        f"this checkpoint so far: {state.unconfirmed_restore_failures}).")
+            if policy.restore_phase is RestorePhase.UNTIL_FIRST_REPORT:
+                return ("Ray's restore returned; until the attempt's first result a failure "
+                        "is still one of this restore (restore_phase=until_first_report).")
             return "Restored from its checkpoint; the restore retry counter goes back to 0."
+        if isinstance(event, FirstResult):
+            at = f" (iteration {event.iteration})" if event.iteration is not None else ""
+            if before.unconfirmed_restore is not None:
+                return (f"First result of this attempt{at}: the restore from "
+                        f"{_checkpoint(before.unconfirmed_restore)} worked.")
+            return f"First result of this attempt{at}."
         if isinstance(event, CheckpointSaved):
             return f"Saved {_checkpoint(event.checkpoint)}."
         if isinstance(event, TrialPaused):
@@ -219,6 +286,23 @@ class _Narrator:
             self.restore_ordinal = 0
             how = "from scratch" if event.from_scratch else "from its latest checkpoint"
             return f"Queued again after ending in {before.status.value}, {how}."
+        if isinstance(event, ExperimentRenamed):
+            moved = (f" (its folder moved from {event.old_storage_path} to "
+                     f"{event.new_storage_path})"
+                     if event.old_storage_path and event.old_storage_path != event.new_storage_path
+                     else "")
+            return (f"The experiment continues under the name {event.new_name!r}, renamed from "
+                    f"{event.old_name!r}{moved}; history and counters kept.")
+        if isinstance(event, CountersAdopted):
+            source = f" from {event.source}" if event.source else ""
+            return (f"Failure counters adopted{source} (the log did not hold the trial's whole "
+                    f"history): failures {before.failures} -> {event.failures}, preemptions "
+                    f"{before.preemptions} -> {event.preemptions}.")
+        if isinstance(event, TrialRecreated):
+            self.restore_ordinal = 0
+            reason = f" ({event.reason})" if event.reason else ""
+            return (f"A new trial took over this id after it ended {before.status.value}"
+                    f"{reason}: incarnation {state.incarnation}, its own counters from 0.")
         if isinstance(event, TrialFailed):
             return self._word_failure(before, event, record, policy)
         return f"{event.type_name}."
@@ -232,12 +316,42 @@ class _Narrator:
         error = event.error
         checkpoint = before.restoring_from or before.latest_checkpoint
         fatal = not error.retryable or policy.is_fatal(error.cause_type)
-        if isinstance(error, RestoreError) or before.status is Status.RESTORING:
+        # A restore retry was left in the episode, yet it gave up: the trial was already past
+        # max_failures (resumed by Tuner.restore(resume_errored=True)), and Ray grants a
+        # restore retry only within max_failures.
+        refused = (
+            decision is Decision.GIVE_UP and not fatal and before.status is Status.RESTORING
+            and before.restore_failures < policy.restore_retry_num
+            and 0 <= policy.max_failures < before.failures
+        )
+        # A failure of the user's own restore, after Ray's restore returned (restoring(), or
+        # restore_phase=until_first_report): the restore rules, as the fold applied them.
+        users = before.status is Status.RUNNING and before.unconfirmed_restore is not None and (
+            isinstance(error, RestoreError)
+            or policy.restore_phase is RestorePhase.UNTIL_FIRST_REPORT)
+        if users:
+            checkpoint = before.unconfirmed_restore
+            self.restore_ordinal = before.unconfirmed_restore_failures
+            if self.held_restore is not None:
+                index, ordinal = self.held_restore
+                self.restore_ordinal = max(ordinal, self.restore_ordinal)
+                self.steps[index] = dataclasses.replace(self.steps[index], text=(
+                    f"Ray's restore from {_checkpoint(checkpoint)} returned (it hands the "
+                    "checkpoint to the trainable); the trainable's own load of it is still "
+                    "part of the restore."))
+        if isinstance(error, RestoreError) and before.status is Status.RUNNING and not users:
+            head = (f"Failure inside restoring(){_on(event.node)} with no restore to retry "
+                    f"(no checkpoint restored, or after the attempt's first result): "
+                    f"{_cause(event)}; counted as a training failure.")
+        elif isinstance(error, RestoreError) or before.status is Status.RESTORING or users:
             self.restore_ordinal += 1
             k, r = self.restore_ordinal, policy.restore_retry_num
             where = _on(event.node)
             if decision is Decision.RETRY_RESTORE:
                 head = f"Restore failure # {k}{where} (retry {k} of {r})"
+            elif refused:
+                head = (f"Restore failure # {k}{where} (retry refused: failures already "
+                        "exceed max_failures)")
             else:
                 head = f"Restore failure # {k}{where} (restore retries spent: {r} of {r})"
             head += f": {_cause(event)}."
@@ -248,6 +362,10 @@ class _Narrator:
             head = f"Not retryable{_on(event.node)}: {_cause(event)}."
         else:
             head = f"Training failure{_on(event.node)}: {_cause(event)}."
+            if before.status is Status.RUNNING and before.unconfirmed_restore is not None:
+                head += (" It came after Ray's restore and before the attempt's first result: "
+                         "if it is the trainable's own load of its checkpoint, restoring() or "
+                         "restore_phase=until_first_report makes it a restore failure.")
         if decision is Decision.RETRY_RESTORE:
             tail = (f"Decision RETRY_RESTORE: restore again from {_checkpoint(checkpoint)}; "
                     f"not counted as a failure (failures stay at {state.failures}).")
@@ -269,7 +387,11 @@ class _Narrator:
                     f"{_budget(state.failures, policy)}; fall back to "
                     f"{_checkpoint(state.latest_checkpoint)}.")
         elif decision is Decision.GIVE_UP:
-            if fatal:
+            if refused:
+                why = (f"the restore retry was refused because failures ({before.failures}) "
+                       f"already exceed max_failures {policy.max_failures} (a restore retry "
+                       "is granted only within max_failures, as Ray does)")
+            elif fatal:
                 why = "the failure is not retryable"
             elif isinstance(error, ActorError) and error.preempted and not (
                 policy.count_preemption_as_failure
@@ -278,7 +400,7 @@ class _Narrator:
                       "preemptions)"
             else:
                 why = f"failure {state.failures} exceeds max_failures {policy.max_failures}"
-                if before.status is Status.RESTORING:
+                if before.status is Status.RESTORING or users:
                     why = f"the restore retries are spent and {why}"
             tail = f"Decision GIVE_UP: {why}; the trial ends in ERROR."
         else:
@@ -314,13 +436,15 @@ def explain_trial(
     trial_id: str,
     events: Sequence[tuple[Located | None, Event]],
     sessions: Mapping[int, str] | None = None,
+    kinds: Mapping[int, str | None] | None = None,
 ) -> Explanation:
     """Explain ``events`` (in order, each with where it sits in the log).
 
     ``sessions`` maps a driver epoch to how its session ended (``clean``, ``crashed`` or
-    ``open``), to word the driver restarts the trial lived through.
+    ``open``), to word the driver restarts the trial lived through; ``kinds`` maps an epoch
+    to how its driver began (``fresh``: ``Tuner.fit()``, ``restore``: ``Tuner.restore``).
     """
-    narrator = _Narrator(trial_id, sessions or {})
+    narrator = _Narrator(trial_id, sessions or {}, kinds or {})
     for where, event in events:
         narrator.feed(where, event)
     state = narrator.state

@@ -1,8 +1,14 @@
 """The one output layer of the CLI: rich tables for people, stable JSON for scripts.
 
 Commands build plain JSON-safe data (see :mod:`statemachine.cli.schema`), then either print
-it as JSON (``--json``) or hand it to a renderer that draws rich tables. Warnings (a corrupted
-row skipped, for instance) go to stderr as one line each and make the exit code 2.
+it as JSON (``--json``) or hand it to this module's renderers. Every value a renderer prints
+goes through :mod:`statemachine.cli.safe_text` (markup never interpreted, control characters
+shown escaped), so no command can print log text raw. Warnings (a corrupted row skipped, for
+instance) go to stderr as one line each and make the exit code 2.
+
+Tables fit the terminal: each column has a priority, and at a narrow width the least
+important columns are dropped (and named under the table) until the rest fit without
+breaking a value mid-word; ``--wide`` shows every column at full width.
 """
 
 from __future__ import annotations
@@ -11,76 +17,181 @@ import json
 import os
 import sys
 from collections.abc import Iterable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Literal
 
 import click
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from statemachine.cli.palette import STATUS_STYLE
+from statemachine.cli.safe_text import cell, json_safe, one_line, visible
 
-#: Columns whose cells are never wrapped (ids, statuses and decisions are copied and searched).
-NO_WRAP = frozenset({"decision", "last decision", "event", "status", "ip", "node-id"})
+#: Width of a table when stdout is not a terminal and ``COLUMNS`` is not set.
+PIPE_WIDTH = 160
+#: A prose column (messages, notes) is never narrower than this, words permitting.
+MIN_PROSE = 16
 
 
 def dumps(data: Any) -> str:
-    """The CLI's JSON form: two-space indent, keys in the order the schema builds them."""
-    return json.dumps(data, indent=2, ensure_ascii=False)
+    """The CLI's JSON form: two-space indent, keys in the order the schema builds them, the
+    exact text of the log (control characters and lone surrogates as JSON escapes)."""
+    return json_safe(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def now() -> datetime:
+    """The current time (UTC) relative times are counted from (tests pin it)."""
+    return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a table: its header, how important it is, how its cells are laid out.
+
+    ``priority`` 0 is never dropped; at a narrow width columns are dropped from the highest
+    priority number down (the rightmost first among equals). A ``prose`` column wraps at
+    spaces (never inside a word: a word longer than the column ends in an ellipsis); any
+    other column keeps each value whole on one line.
+    """
+
+    header: str
+    priority: int = 0
+    prose: bool = False
+    justify: Literal["left", "right"] = "left"
+    status: bool = False
+    """Cells are statuses, coloured by :data:`STATUS_STYLE`."""
+
+
+def _words(text: str) -> list[str]:
+    return text.split() or [""]
+
+
+def _overhead(n: int) -> int:
+    """Characters a table of ``n`` columns adds to its cells (padding and separators)."""
+    return 3 * max(n - 1, 0) + 2
+
+
+def fit_columns(
+    columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int | None
+) -> tuple[list[int], list[int]]:
+    """Which columns to show and how wide: ``(indexes kept, widths)``.
+
+    ``width`` ``None`` (``--wide``): every column, each as wide as its widest value.
+    """
+    natural = [
+        max([len(c.header), *(len(r[i]) for r in rows)]) for i, c in enumerate(columns)
+    ]
+    least = []
+    for i, c in enumerate(columns):
+        header_word = max(len(w) for w in _words(c.header))
+        if c.prose:
+            word = max([header_word, *(len(w) for r in rows for w in _words(r[i]))])
+            least.append(min(natural[i], max(word, MIN_PROSE)))
+        else:
+            least.append(natural[i])  # kept whole, header included
+    kept = list(range(len(columns)))
+    if width is None:
+        return kept, [natural[i] for i in kept]
+    # Most important first (leftmost among equals); each column is taken if it still fits.
+    kept = [i for i in kept if columns[i].priority == 0]
+    for i in sorted(set(range(len(columns))) - set(kept), key=lambda i: (columns[i].priority, i)):
+        if sum(least[j] for j in kept) + least[i] + _overhead(len(kept) + 1) <= width:
+            kept.append(i)
+    kept.sort()
+    widths = {i: least[i] for i in kept}
+    spare = width - sum(widths.values()) - _overhead(len(kept))
+    prose = [i for i in kept if columns[i].prose]
+    deficit = {i: natural[i] - widths[i] for i in prose if natural[i] > widths[i]}
+    total = sum(deficit.values())
+    if spare > 0 and total:  # share what is left among the prose columns, as they lack it
+        for i, lack in deficit.items():
+            widths[i] += min(lack, spare * lack // total)
+    return kept, [widths[i] for i in kept]
 
 
 class Output:
-    """Per-invocation context: the ``--db`` value, the consoles and the exit code so far."""
+    """Per-invocation context: the ``--db`` value, the layout and the exit code so far."""
 
     def __init__(self, db: str | None) -> None:
         self.db = db
         self.exit_code = 0
+        self.wide = False
+        """``--wide``: every column, every value in full (for a pager or a file)."""
 
     @property
-    def console(self) -> Console:
-        """A rich console on the current stdout (wide when not a terminal, so rows stay whole)."""
-        out = sys.stdout
-        width = None if out.isatty() or os.environ.get("COLUMNS") else 160
-        return Console(file=out, width=width, soft_wrap=False, highlight=False)
+    def width(self) -> int:
+        """The width tables fit: the terminal's, ``COLUMNS``, else :data:`PIPE_WIDTH`."""
+        columns = os.environ.get("COLUMNS", "")
+        if columns.isdigit() and int(columns) > 0:
+            return int(columns)
+        if sys.stdout.isatty():
+            return Console(file=sys.stdout).width
+        return PIPE_WIDTH
+
+    def console(self, width: int | None = None) -> Console:
+        """A rich console on the current stdout, ``width`` wide (else :attr:`width`)."""
+        return Console(file=sys.stdout, width=width or self.width, soft_wrap=False,
+                       highlight=False, markup=False, emoji=False)
 
     def json(self, data: Any) -> None:
         """Print ``data`` as the command's JSON output."""
         click.echo(dumps(data))
 
     def json_line(self, data: Any) -> None:
-        """Print ``data`` as one compact JSON line (streams: ``tail``, ``export``)."""
-        click.echo(json.dumps(data, ensure_ascii=False, separators=(",", ":")))
+        """Print ``data`` as one compact JSON line (streams: ``tail``)."""
+        click.echo(json_safe(json.dumps(data, ensure_ascii=False, separators=(",", ":"))))
 
     def warn(self, message: str) -> None:
         """One warning line on stderr; the command will exit 2."""
-        click.echo(f"trial-replay: warning: {' '.join(message.split())}", err=True)
+        click.echo(f"trial-replay: warning: {one_line(message)}", err=True)
         self.exit_code = 2
 
     def note(self, message: str) -> None:
         """One informational line on stderr (never changes the exit code)."""
-        click.echo(message, err=True)
+        click.echo(one_line(message), err=True)
+
+    def echo(self, line: str) -> None:
+        """One line of plain text on stdout, control characters escaped (``tail``)."""
+        click.echo(visible(line))
 
     def table(
         self,
-        columns: Sequence[str],
+        columns: Sequence[Column | str],
         rows: Iterable[Sequence[Any]],
         *,
         title: str | None = None,
         status_column: str | None = "status",
     ) -> None:
-        """Print a rich table; cells of the ``status_column`` are coloured by status."""
-        table = Table(title=title, title_justify="left", header_style="bold")
-        index = columns.index(status_column) if status_column in columns else -1
-        for i, name in enumerate(columns):
-            # Ids and statuses are never folded: people search and copy them.
-            keep = i in (0, index) or name in NO_WRAP
-            table.add_column(name, overflow="fold", no_wrap=keep)
-        for row in rows:
-            cells = ["" if v is None else str(v) for v in row]
-            if index >= 0 and cells[index] in STATUS_STYLE:
-                cells[index] = f"[{STATUS_STYLE[cells[index]]}]{cells[index]}[/]"
-            table.add_row(*cells)
-        self.console.print(table)
+        """Print a table fitted to the terminal (see :func:`fit_columns`); a column given
+        as a plain header string is a priority-0 column."""
+        specs = [
+            c if isinstance(c, Column) else Column(c, status=c == status_column)
+            for c in columns
+        ]
+        cells = [[visible(v) for v in row] for row in rows]
+        kept, widths = fit_columns(specs, cells, None if self.wide else self.width)
+        table = Table(title=cell(title) if title else None, title_justify="left",
+                      header_style="bold", box=box.SIMPLE_HEAD, show_edge=False,
+                      collapse_padding=False)
+        for i, w in zip(kept, widths, strict=True):
+            spec = specs[i]
+            table.add_column(Text(spec.header), justify=spec.justify, width=w,
+                             no_wrap=not spec.prose, overflow="ellipsis")
+        for row in cells:
+            table.add_row(*(
+                Text(row[i], style=STATUS_STYLE.get(row[i], "") if specs[i].status else "")
+                for i in kept
+            ))
+        total = sum(widths) + _overhead(len(kept))
+        console = self.console(max(total, self.width) if self.wide else None)
+        console.print(table)
+        hidden = [specs[i].header for i in range(len(specs)) if i not in kept]
+        if hidden:
+            console.print(Text(f"(not shown at this width: {', '.join(hidden)}; --wide "
+                               "shows every column)", style="dim"))
 
     def lines(self, rows: Iterable[tuple[str, str]]) -> None:
         """Two columns without borders: a short label, then text wrapped under itself."""
@@ -88,12 +199,12 @@ class Output:
         grid.add_column(no_wrap=True, style="dim")
         grid.add_column(overflow="fold")
         for label, text in rows:
-            grid.add_row(label, Text(text))
-        self.console.print(grid)
+            grid.add_row(cell(label), cell(text))
+        self.console(10**6 if self.wide else None).print(grid)
 
     def text(self, line: str = "", *, style: str | None = None) -> None:
-        """Print one line of (rich-markup-free) text."""
-        self.console.print(line, style=style, markup=False, highlight=False)
+        """Print one line of text, shown literally (no markup, controls escaped)."""
+        self.console(10**6 if self.wide else None).print(cell(line, style or ""))
 
 
 def json_option(func: Any) -> Any:
@@ -101,3 +212,53 @@ def json_option(func: Any) -> Any:
     return click.option(
         "--json", "as_json", is_flag=True, help="Print JSON (schema in docs/cli.md)."
     )(func)
+
+
+def _set_wide(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    out = ctx.find_object(Output)
+    if out is not None:
+        out.wide = value
+    return value
+
+
+def wide_option(func: Any) -> Any:
+    """The ``--wide`` flag of the commands that print tables (sets :attr:`Output.wide`)."""
+    return click.option(
+        "--wide", is_flag=True, expose_value=False, callback=_set_wide,
+        help="Every column, every value in full (for a pager: less -S, or a file).",
+    )(func)
+
+
+def relative_time(moment: str | None, *, reference: datetime | None = None) -> str:
+    """An ISO time as people scan it: ``45s ago``, ``12m ago``, ``3h ago``, ``5d ago``, else
+    the date (empty for ``None``; the text as it is if it is not a time)."""
+    if not moment:
+        return ""
+    try:
+        when = datetime.fromisoformat(moment)
+    except ValueError:
+        return moment
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    seconds = ((reference or now()) - when).total_seconds()
+    if seconds < 0:
+        return when.strftime("%Y-%m-%d %H:%M")
+    for unit, size in (("s", 1), ("m", 60), ("h", 3600), ("d", 86400)):
+        if seconds < size * (60 if unit in "sm" else 24 if unit == "h" else 30):
+            return f"{int(seconds // size)}{unit} ago"
+    return when.strftime("%Y-%m-%d")
+
+
+def short_time(moment: str | None) -> str:
+    """An ISO time as ``YYYY-MM-DD HH:MM:SS`` (UTC; empty for ``None``)."""
+    if not moment:
+        return ""
+    return moment[:19].replace("T", " ")
+
+
+def basename(path: str | None) -> str:
+    """The last component of a checkpoint path (``--wide`` and ``--json`` have it whole)."""
+    if not path:
+        return ""
+    trimmed = path.rstrip("/\\")
+    return trimmed.replace("\\", "/").rsplit("/", 1)[-1] or path

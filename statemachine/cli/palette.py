@@ -35,9 +35,10 @@ STATUS_STYLE: dict[str, str] = {s.value: c.terminal for s, c in STATUS_PALETTE.i
 #: Fill colour per status name (the state diagram, the timeline).
 STATUS_COLOURS: dict[str, str] = {s.value: c.fill for s, c in STATUS_PALETTE.items()}
 
-#: Marker fill per decision (the timeline).
+#: Marker fill per decision (the timeline). None is white: the legend draws failure kinds as
+#: hollow shapes, and a white mark would read as one of them.
 DECISION_COLOURS: dict[str, str] = {
-    Decision.RETRY_RESTORE.value: "#ffffff",
+    Decision.RETRY_RESTORE.value: "#17becf",
     Decision.RECOVER.value: "#222222",
     Decision.RECOVER_PREEMPTED.value: "#1f77b4",
     Decision.RESTART_FROM_SCRATCH.value: "#ff7f0e",

@@ -3,11 +3,14 @@ corrupted-row warnings, driver-session ends, and ``--at`` parsing."""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
+
+import click
 
 from statemachine.cli.db import BadInput
 from statemachine.domain.compiled import apply_compiled
@@ -22,19 +25,73 @@ if TYPE_CHECKING:
     from statemachine.log.records import SessionInfo, StoredEvent
 
 
-def require_experiment(store: EventStore, name: str) -> None:
-    """Raise :class:`UnknownExperimentError` (with the nearest names) unless ``name`` exists."""
+def require_experiment(store: EventStore, name: str | None) -> str:
+    """The experiment ``name`` names, or the log's only experiment when ``name`` is ``None``.
+
+    Raises :class:`UnknownExperimentError` (with the nearest names, else the names the log
+    holds) for an unknown name, :class:`BadInput` listing the experiments when none is given
+    and the log holds several (or none).
+    """
     names = [info.name for info in store.list_experiments()]
+    if name is None:
+        if len(names) == 1:
+            return names[0]
+        if not names:
+            raise BadInput("this event log holds no experiment yet")
+        raise BadInput(
+            f"this event log holds {len(names)} experiments; name one of them: {_listed(names)}"
+        )
     if name not in names:
-        raise UnknownExperimentError(name, close_matches(name, names))
+        raise UnknownExperimentError(name, close_matches(name, names), names)
+    return name
 
 
-def require_trial(store: EventStore, experiment: str, trial_id: str) -> None:
-    """Raise :class:`UnknownTrialError` (with the nearest ids) unless the trial has events."""
-    require_experiment(store, experiment)
-    trials = store.list_trials(experiment)
-    if trial_id not in trials:
-        raise UnknownTrialError(experiment, trial_id, close_matches(trial_id, trials))
+def require_trial(store: EventStore, experiment: str | None, trial_id: str) -> tuple[str, str]:
+    """The experiment (as :func:`require_experiment`) and the trial id that ``trial_id``
+    names: the id itself, Ray's trial name (``Flaky_947ed_00002``, the trainable's name
+    before the id) or a unique prefix of an id. Raises :class:`UnknownTrialError` (with the
+    nearest ids) or :class:`BadInput` for a prefix several ids share."""
+    given = experiment
+    experiment = require_experiment(store, experiment)
+    try:
+        return experiment, resolve_trial_id(experiment, trial_id, store.list_trials(experiment))
+    except UnknownTrialError:
+        if given is None and trial_id == experiment:  # `show EXP`: the trial was left out
+            raise click.UsageError("Missing argument 'TRIAL'.",
+                                   click.get_current_context(True)) from None
+        raise
+
+
+def resolve_trial_id(experiment: str, text: str, trials: list[str]) -> str:
+    """The one trial id of ``trials`` that ``text`` names (see :func:`require_trial`)."""
+    if text in trials:
+        return text
+    named = [t for t in trials if text.endswith(f"_{t}")]
+    if len(named) == 1:
+        return named[0]
+    prefixed = [t for t in trials if text and t.startswith(text)]
+    if len(prefixed) == 1:
+        return prefixed[0]
+    if len(prefixed) > 1:
+        raise BadInput(
+            f"trial {text!r} of experiment {experiment!r} is ambiguous: {len(prefixed)} trial "
+            f"ids start with it ({_listed(sorted(prefixed))}); give more of the id"
+        )
+    raise UnknownTrialError(experiment, text, close_matches(text, trials))
+
+
+def experiment_and_trial(first: str | None, second: str | None) -> tuple[str | None, str]:
+    """``[EXPERIMENT] TRIAL`` arguments: one value is the trial (of the only experiment)."""
+    if second is not None:
+        return first, second
+    if first is None:
+        raise click.UsageError("Missing argument 'TRIAL'.", click.get_current_context(True))
+    return None, first
+
+
+def _listed(names: list[str], most: int = 8) -> str:
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 @dataclass(frozen=True)
@@ -60,25 +117,29 @@ class At:
 
 
 def parse_at(value: str | None) -> At | None:
-    """Parse ``--at``: an integer event position, or an ISO 8601 time (naive means UTC)."""
+    """Parse ``--at``: an integer event position, or an ISO 8601 time (naive means UTC).
+
+    Raises :class:`BadInput` (one line) for anything else, a negative or too large position,
+    or a time that is not a moment in UTC (``9999-12-31T23:59:59-14:00`` is past year 9999).
+    """
     if value is None:
         return None
     text = value.strip()
-    if text.lstrip("-").isdigit():
+    if re.fullmatch(r"[+-]?[0-9]+", text):
         position = int(text)
-        if position < 0:
-            raise BadInput(f"--at position must be >= 0, got {position}")
+        if not 0 <= position <= 2**63 - 1:
+            raise BadInput(f"--at position must be between 0 and 2**63-1, got {text[:30]}")
         return At(position=position)
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=timezone.utc)
+        return At(time=moment.astimezone(timezone.utc))
+    except (ValueError, OverflowError):
         raise BadInput(
-            f"--at takes an event position (an integer) or an ISO time such as "
-            f"2026-01-31T12:00:00Z, got {value!r}"
+            f"--at takes an event position (an integer) or an ISO time in years 1 to 9999 "
+            f"UTC such as 2026-01-31T12:00:00Z, got {value[:60]!r}"
         ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return At(time=moment.astimezone(timezone.utc))
 
 
 def decode_trial(
@@ -122,6 +183,24 @@ def session_ends(sessions: Iterable[SessionInfo]) -> dict[int, str]:
     return ends
 
 
+def session_kinds(sessions: Iterable[SessionInfo]) -> dict[int, str | None]:
+    """How each driver epoch began: ``fresh`` (``Tuner.fit()``), ``restore``
+    (``Tuner.restore``) or ``None`` (not recorded)."""
+    return {s.epoch: s.kind for s in sessions}
+
+
+def describe_sessions(sessions: Iterable[SessionInfo]) -> str:
+    """``epoch 1 Tuner.fit() (crashed), epoch 2 Tuner.restore (clean)``: one line."""
+    listed = list(sessions)
+    ends = session_ends(listed)
+    words = {"fresh": "Tuner.fit()", "restore": "Tuner.restore"}
+    return ", ".join(
+        f"epoch {s.epoch}" + (f" {words[s.kind]}" if s.kind in words else "")
+        + f" ({ends[s.epoch]})"
+        for s in sorted(listed, key=lambda s: s.epoch)
+    )
+
+
 def fold_states(
     store: EventStore, experiment: str, out: Output, at: At | None = None
 ) -> list[TrialState]:
@@ -147,3 +226,9 @@ def halt_message(row: StoredEvent, reason: str) -> str:
         reason = (f"event at position {row.position} (trial {row.trial_id!r}, seq {row.seq}) "
                   f"does not fold: {reason}")
     return f"{reason}; trial {row.trial_id!r} is shown as of seq {row.seq - 1}"
+
+
+def damage_message(row: StoredEvent) -> str:
+    """One line for a row with an unreadable recorded column (its time, for instance)."""
+    return (f"event at position {row.position} (trial {row.trial_id!r}, seq {row.seq}): "
+            f"{row.damage}; the row is shown with that field empty")

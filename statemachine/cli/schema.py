@@ -84,7 +84,7 @@ def event_row(row: StoredEvent) -> dict[str, Any]:
     return {
         "position": row.position,
         "seq": row.seq,
-        "recorded_at": iso(row.recorded_at),
+        "recorded_at": iso(row.recorded_at_known),  # null: the stored time is unreadable
         "epoch": row.epoch,
         "event": row.type_name,
         "error_type": row.error_type,
@@ -107,6 +107,7 @@ def session_row(session: SessionInfo, end: str) -> dict[str, Any]:
         "started_at": iso(session.started_at),
         "ended_at": iso(session.ended_at),
         "end": end,
+        "kind": session.kind,
     }
 
 
@@ -115,8 +116,9 @@ def experiment_row(
     status_counts: dict[str, int],
     sessions: list[dict[str, Any]],
     first_event_at: datetime | None,
+    renames: list[tuple[int, str, str | None]] | None = None,
 ) -> dict[str, Any]:
-    """Schema ``experiments``: one experiment."""
+    """Schema ``experiments``: one experiment (``renames``: its earlier names)."""
     return {
         "name": info.name,
         # Credentials in a storage URI are never shown (a log written before they were
@@ -130,4 +132,8 @@ def experiment_row(
         "sessions": sessions,
         "first_event_at": iso(first_event_at),
         "last_event_at": iso(info.last_recorded_at),
+        "renamed_from": [
+            {"name": name, "storage_path": redact_uri(path) if path else None, "epoch": epoch}
+            for epoch, name, path in renames or []
+        ],
     }

@@ -12,9 +12,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from statemachine.domain.events import Event, TrialFailed, TrialStarted
+from statemachine.domain.events import (
+    Event,
+    FirstResult,
+    RestoreSucceeded,
+    TrialFailed,
+    TrialStarted,
+)
 from statemachine.domain.machine import apply
-from statemachine.domain.policy import RetryPolicy
+from statemachine.domain.policy import RestorePhase, RetryPolicy
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Decision, Status
 from statemachine.exceptions import InvalidTransitionError
@@ -128,6 +134,13 @@ def what_if(trial_id: str, events: Sequence[Event], changes: Mapping[str, Any]) 
         note += (f"; {on_failed} restore attempt(s) ran on a node where that restore had "
                  "already failed: avoid_failed_nodes places them on another node (when one "
                  "can host the trial)")
+    first_report = RestorePhase.UNTIL_FIRST_REPORT
+    if (RestorePhase(changes.get("restore_phase", RestorePhase.RAY)) is first_report
+            and any(isinstance(e, RestoreSucceeded) for e in events)
+            and not any(isinstance(e, FirstResult) for e in events)):
+        note += ("; this log records no first result (written before FirstResult events, or "
+                 "no attempt reported): every failure after a restore counts as before the "
+                 "first result")
     return WhatIfTrial(
         trial_id,
         summarize(recorded, recorded_failures),

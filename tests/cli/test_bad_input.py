@@ -128,7 +128,7 @@ def test_unknown_trial_suggests_the_nearest(
 
 
 def test_unknown_trial_in_what_if(invoke: Callable[..., Run], fixture_db: Path) -> None:
-    run = invoke("--db", fixture_db, "what-if", EXP, "--max-failures", "1", "--trial", "a_recover")
+    run = invoke("--db", fixture_db, "what-if", EXP, "--max-failures", "1", "--trial", "a_recoverd")
     assert_one_line_error(run, "'a_recovered'")
 
 
@@ -207,21 +207,39 @@ def test_corrupted_row_in_export_is_kept_raw(
     exported = tmp_path / "e.jsonl"
     exported.write_text(run.stdout)
     target = tmp_path / "copy.db"
-    assert invoke("--db", target, "import", exported).exit_code == 0
+    refused = invoke("--db", target, "import", exported)  # its replay diverges at that row
+    assert refused.exit_code == 1 and "--force" in refused.stderr and not target.exists()
+    forced = invoke("--db", target, "import", "--force", exported)
+    assert forced.exit_code == 0 and "DIVERGED" in forced.stdout and "position" in forced.stderr
     assert invoke("--db", target, "export", EXP).stdout == run.stdout
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
-    (["trials", EXP, "--at", "yesterday"], "--at takes an event position"),
-    (["trials", EXP, "--at", "-3"], "--at position must be >= 0"),
+    (["trials", EXP, "--at", "yesterday"], "'--at': takes an event position"),
+    (["trials", EXP, "--at", "-3"], "'--at': position must be between 0 and 2**63-1"),
+    # Absurd values (issue 16, item 8): refused by the option's type, never a traceback.
+    (["trials", EXP, "--at", "9999-12-31T23:59:59-14:00"], "in years 1 to 9999 UTC"),
+    (["trials", EXP, "--at", "0001-01-01T00:00:00+14:00"], "in years 1 to 9999 UTC"),
+    (["trials", EXP, "--at", "99999999999999999999999"], "position must be between"),
+    (["trials", EXP, "--at", "\u00b2"], "'--at': takes an event position"),
+    (["tail", EXP, "-n", "99999999999999999999999"], "'--lines'"),
+    (["tail", EXP, "-n", "-1"], "'--lines'"),
+    (["tail", EXP, "-f", "--interval", "nan"], "'--interval': 'nan' is not a finite number"),
+    (["tail", EXP, "-f", "--interval", "inf"], "'--interval': 'inf' is not a finite number"),
+    (["tail", EXP, "-f", "--interval", "-inf"], "'--interval'"),
+    (["tail", EXP, "-f", "--interval", "1e400"], "'--interval'"),
+    (["tail", EXP, "-f", "--interval", "0"], "'--interval'"),
+    (["what-if", EXP, "--max-failures", "99999999999999999999"], "'--max-failures'"),
+    (["what-if", EXP, "--restore-retry-num", "99999999999999999999"], "'--restore-retry-num'"),
+    (["timeline", EXP, "-o", "/proc/t.html"], "cannot write the timeline to /proc/t.html"),
     (["trials", EXP, "--status", "DONE"], "--status"),
     (["what-if", EXP], "needs at least one policy change"),
-    (["what-if", EXP, "--restore-retry-num", "-1"], "restore_retry_num must be >= 0"),
+    (["what-if", EXP, "--restore-retry-num", "-1"], "-1 is not in the range"),
     (["what-if", EXP, "--on-restore-exhausted", "pray"], "--on-restore-exhausted"),
     (["timeline", EXP, "-o", "pic.jpg"], "must end in .html, .svg or .png"),
     (["timeline", EXP, "-o", "no/such/folder/t.svg"], "no such folder"),
     (["diagram", "-o", "machine.pdf"], "must end in .svg, .png or .dot"),
-    (["show", EXP], "Missing argument"),
+    (["show"], "Missing argument 'TRIAL'"),
     (["frobnicate"], "No such command"),
 ])
 def test_bad_options(

@@ -92,7 +92,8 @@ def test_experiments_lists_sessions_with_crashed_and_clean_ends(
     assert fixture["status_counts"]["ERROR"] == 2
     assert fixture["status_counts"]["TERMINATED"] == 4
     assert fixture["first_event_at"] <= fixture["last_event_at"]
-    assert "1:crashed, 2:clean" in invoke("--db", fixture_db, "experiments").stdout
+    assert "2 (1 crashed)" in invoke("--db", fixture_db, "experiments").stdout
+    assert "1:crashed, 2:clean" in invoke("--db", fixture_db, "experiments", "--wide").stdout
 
 
 def test_show_is_the_trial_timeline(invoke: Callable[..., Run], fixture_db: Path) -> None:

@@ -83,7 +83,7 @@ def test_png_timeline(invoke: Callable[..., Run], fixture_db: Path, tmp_path: Pa
     from PIL import Image
 
     out = tmp_path / "timeline.png"
-    assert invoke("--db", fixture_db, "timeline", EXP, "-o", out).exit_code == 0
+    assert invoke("--db", fixture_db, "timeline", EXP, "-o", out, "--order").exit_code == 0
     with Image.open(out) as image:
         image.verify()
     with Image.open(out) as image:
@@ -152,3 +152,85 @@ def test_diagram_without_graphviz_writes_dot_and_says_how_to_install(
     assert not out.exists()
     assert (tmp_path / "machine.dot").read_text().startswith("digraph")
     assert os.environ["PATH"] == str(empty)
+
+
+def _shift_epoch_2(db: Path, seconds: int) -> None:
+    """Move every event of driver epoch 2 ``seconds`` later: a crash gap before the resume."""
+    import sqlite3
+    from contextlib import closing
+    from datetime import datetime, timedelta
+
+    with closing(sqlite3.connect(db)) as conn, conn:
+        for position, recorded in conn.execute(
+            "SELECT position, recorded_at FROM events WHERE epoch = 2"
+        ).fetchall():
+            later = datetime.fromisoformat(recorded) + timedelta(seconds=seconds)
+            conn.execute("UPDATE events SET recorded_at = ? WHERE position = ?",
+                         (later.isoformat(sep=" "), position))
+
+
+def _widest_span_share(svg: Path) -> float:
+    root = ET.parse(svg).getroot()
+    spans = [r for g in _trial_groups(root) for r in g.iter(f"{SVG}rect")
+             if r.get("class") == "span"]
+    lefts = [float(r.get("x") or 0) for r in spans]
+    rights = [float(r.get("x") or 0) + float(r.get("width") or 0) for r in spans]
+    plot = max(rights) - min(lefts)
+    return max(float(r.get("width") or 0) for r in spans) / plot
+
+
+def test_timeline_x_axis_is_time_so_a_crash_gap_shows(
+    invoke: Callable[..., Run], fixture_db: Path, tmp_path: Path
+) -> None:
+    """A 60 s gap between the crash and the resume takes most of the time axis; the
+    ``--order`` view gives every event one step, so no span is that wide."""
+    _shift_epoch_2(fixture_db, 60)
+    by_time, by_order = tmp_path / "time.svg", tmp_path / "order.svg"
+    assert invoke("--db", fixture_db, "timeline", EXP, "-o", by_time).exit_code == 0
+    assert invoke("--db", fixture_db, "timeline", EXP, "-o", by_order, "--order").exit_code == 0
+    assert _widest_span_share(by_time) > 0.9  # a trial waiting through the gap
+    assert _widest_span_share(by_order) < 0.6
+    assert "x axis: time since the first event" in by_time.read_text(encoding="utf-8")
+    assert "x axis: event order" in by_order.read_text(encoding="utf-8")
+    png = tmp_path / "time.png"
+    assert invoke("--db", fixture_db, "timeline", EXP, "-o", png).exit_code == 0
+
+
+def test_timeline_marks_are_distinct(
+    invoke: Callable[..., Run], fixture_db: Path, tmp_path: Path
+) -> None:
+    """A failure kind is a hollow shape in the legend and a decision a colour swatch, and no
+    decision is white: a TrainingError and a RETRY_RESTORE no longer look alike."""
+    from statemachine.cli.palette import DECISION_COLOURS
+
+    colours = list(DECISION_COLOURS.values())
+    assert len(set(colours)) == len(colours) and "#ffffff" not in colours
+    out = tmp_path / "t.svg"
+    assert invoke("--db", fixture_db, "timeline", EXP, "-o", out).exit_code == 0
+    root = ET.parse(out).getroot()
+    kinds = [p for p in root.iter(f"{SVG}path") if p.get("class") == "kind-legend"]
+    swatches = [r for r in root.iter(f"{SVG}rect") if r.get("class") == "decision-legend"]
+    assert len(kinds) == 4 and {p.get("fill") for p in kinds} == {"none"}
+    assert [r.get("fill") for r in swatches] == colours
+    markers = {(p.get("data-kind"), p.get("fill")) for p in root.iter(f"{SVG}path")
+               if p.get("class") == "marker"}
+    assert ("TrainingError", DECISION_COLOURS["RECOVER"]) in markers
+    assert ("RestoreError", DECISION_COLOURS["RETRY_RESTORE"]) in markers
+
+
+def test_timeline_to_an_unwritable_path_is_one_line(
+    invoke: Callable[..., Run], fixture_db: Path, tmp_path: Path
+) -> None:
+    readonly = tmp_path / "ro"
+    readonly.mkdir()
+    readonly.chmod(0o500)
+    try:
+        for target in (Path("/proc/t.html"), readonly / "t.svg"):
+            run = invoke("--db", fixture_db, "timeline", EXP, "-o", target)
+            if os.geteuid() == 0 and target.parent == readonly:
+                continue  # root writes anywhere
+            assert run.exit_code == 2 and "Traceback" not in run.stderr
+            (line,) = run.stderr.strip().splitlines()
+            assert line.startswith("trial-replay: error: cannot write the timeline to")
+    finally:
+        readonly.chmod(0o700)

@@ -7,22 +7,29 @@ import click
 from statemachine.cli.db import open_store
 from statemachine.cli.explain import Explanation, describe_policy, explain_trial
 from statemachine.cli.output import Output, json_option
-from statemachine.cli.reading import decode_trial, require_trial, session_ends
+from statemachine.cli.reading import (
+    decode_trial,
+    experiment_and_trial,
+    require_trial,
+    session_ends,
+    session_kinds,
+)
 
 
 @click.command("explain")
-@click.argument("experiment")
-@click.argument("trial_id", metavar="TRIAL")
+@click.argument("experiment", required=False)
+@click.argument("trial_id", metavar="TRIAL", required=False)
 @json_option
 @click.pass_obj
-def explain(out: Output, experiment: str, trial_id: str, as_json: bool) -> int:
+def explain(out: Output, experiment: str | None, trial_id: str | None, as_json: bool) -> int:
     """Why the trial ended where it did: each failure numbered (``Restore failure # k (retry k
     of R)``), the decision each time and the policy that applied."""
     with open_store(out.db) as store:
-        require_trial(store, experiment, trial_id)
+        experiment, trial_id = require_trial(store, *experiment_and_trial(experiment, trial_id))
         decoded = decode_trial(store.read_trial(experiment, trial_id), out)
-        ends = session_ends(store.list_sessions(experiment))
-    explanation = explain_trial(trial_id, decoded, ends)
+        sessions = store.list_sessions(experiment)
+    explanation = explain_trial(trial_id, decoded, session_ends(sessions),
+                                session_kinds(sessions))
     if as_json:
         out.json(explanation.to_dict(experiment))
         return out.exit_code

@@ -10,7 +10,8 @@ import click
 
 from statemachine.cli.db import open_store
 from statemachine.cli.output import Output, json_option
-from statemachine.cli.reading import require_experiment
+from statemachine.cli.params import FiniteFloat, count
+from statemachine.cli.reading import damage_message, require_experiment
 from statemachine.cli.schema import event_row
 
 
@@ -35,20 +36,20 @@ def _line(trial_id: str, r: dict[str, Any]) -> str:
 
 
 @click.command("tail")
-@click.argument("experiment")
+@click.argument("experiment", required=False)
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new events as they land.")
-@click.option("-n", "--lines", "count", type=click.IntRange(min=0), default=20, show_default=True,
+@click.option("-n", "--lines", "count", type=count(0, 10**9), default=20, show_default=True,
               help="How many of the latest events to print first.")
-@click.option("--interval", type=click.FloatRange(min=0.05), default=0.5, show_default=True,
+@click.option("--interval", type=FiniteFloat(0.05, 3600), default=0.5, show_default=True,
               help="Seconds between polls with --follow.")
 @json_option
 @click.pass_obj
-def tail(out: Output, experiment: str, follow: bool, count: int, interval: float,
+def tail(out: Output, experiment: str | None, follow: bool, count: int, interval: float,
          as_json: bool) -> int:
     """Print the experiment's latest events (one line each; ``--json``: one JSON object per
     line) and, with ``--follow``, every new event until interrupted (Ctrl-C)."""
     with open_store(out.db) as store:
-        require_experiment(store, experiment)
+        experiment = require_experiment(store, experiment)
         last = deque(store.read_experiment(experiment), maxlen=count)
         position = last[-1].position if last else 0
         for row in last:
@@ -70,8 +71,10 @@ def tail(out: Output, experiment: str, follow: bool, count: int, interval: float
 
 
 def _print(out: Output, row: Any, as_json: bool) -> None:
+    if row.damage is not None:
+        out.warn(damage_message(row))
     data = event_row(row)
     if as_json:
         out.json_line({"experiment": row.experiment, "trial_id": row.trial_id, **data})
     else:
-        click.echo(_line(row.trial_id, data))
+        out.echo(_line(row.trial_id, data))

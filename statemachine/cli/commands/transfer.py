@@ -3,6 +3,9 @@ stores as JSON lines (e.g. a cluster's PostgreSQL log into a local SQLite file).
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -10,64 +13,125 @@ import click
 from statemachine.cli.db import BadInput, open_store, resolve_write_target
 from statemachine.cli.output import Output, json_option
 from statemachine.cli.reading import require_experiment
+from statemachine.log import VerifyResult
 from statemachine.log import verify as verify_log
+from statemachine.log.dialect import database_file
+from statemachine.log.engine import to_url
 from statemachine.log.records import dump_json
+from statemachine.log.store import refuse_foreign_target
 from statemachine.log.transfer import export_records, read_export
 
 
 @click.command("export")
-@click.argument("experiment")
+@click.argument("experiment", required=False)
 @click.option("-o", "--output", "path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write to FILE (default: stdout).")
 @json_option
 @click.pass_obj
-def export(out: Output, experiment: str, path: Path | None, as_json: bool) -> int:
+def export(out: Output, experiment: str | None, path: Path | None, as_json: bool) -> int:
     """Export the experiment's sessions and events as JSON lines (compact, sorted keys).
     With -o and --json, print a summary object instead of nothing."""
     if path is not None and not path.parent.is_dir():
         raise BadInput(f"no such folder for the export: {path.parent}")
-    with open_store(out.db) as store:
-        require_experiment(store, experiment)
-        records = list(export_records(store, experiment, out.warn))
-    lines = [dump_json(r) for r in records]
-    text = "".join(f"{ln}\n" for ln in lines)
+    lines = events = 0
+    with open_store(out.db) as store, _sink(path) as write:
+        experiment = require_experiment(store, experiment)
+        for record in export_records(store, experiment, out.warn):  # streamed, line by line
+            write(f"{dump_json(record)}\n")
+            lines += 1
+            events += record["kind"] == "event"
     if path is None:
-        click.echo(text, nl=False)
         return out.exit_code
-    path.write_text(text, encoding="utf-8")
-    events = sum(1 for r in records if r["kind"] == "event")
     if as_json:
-        out.json({"experiment": experiment, "file": str(path), "lines": len(lines),
+        out.json({"experiment": experiment, "file": str(path), "lines": lines,
                   "events": events})
     else:
-        out.text(f"Wrote {path}: {events} events of {experiment} ({len(lines)} lines)")
+        out.text(f"Wrote {path}: {events} events of {experiment} ({lines} lines)")
     return out.exit_code
+
+
+@contextmanager
+def _sink(path: Path | None) -> Iterator[Callable[[str], object]]:
+    """Where export lines go: stdout, or ``path`` (written whole or not at all)."""
+    if path is None:
+        yield lambda text: click.echo(text, nl=False)
+        return
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        with partial.open("w", encoding="utf-8") as fh:
+            yield fh.write
+        os.replace(partial, path)
+    except OSError as exc:
+        raise BadInput(f"cannot write the export to {path}: {exc.strerror or exc}") from None
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+class ImportRefused(click.ClickException):
+    """An export that does not replay: exit 1 (as ``verify``), nothing written."""
+
+    exit_code = 1
 
 
 @click.command("import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--as", "name", metavar="NAME", help="Import under this experiment name.")
+@click.option("--force", is_flag=True,
+              help="Import a file whose replay diverges, as it is (verify will say so).")
 @json_option
 @click.pass_obj
-def import_(out: Output, file: Path, name: str | None, as_json: bool) -> int:
+def import_(out: Output, file: Path, name: str | None, force: bool, as_json: bool) -> int:
     """Import an export FILE into the --db store (created and migrated if needed: the one
-    command that writes). Refuses an experiment name the store already has."""
-    export_file = read_export(file)  # checked whole before anything is written
+    command that writes). The whole file is checked first (its schema and its replay); the
+    import is one transaction, and a store it had to create is removed if it fails. Refuses an
+    experiment name the store already has, and another application's database."""
+    export_file = read_export(file)  # checked whole, streamed, before anything is written
+    result = export_file.result
+    if not result.ok and not force:
+        detail = (result.divergence.describe() if result.divergence is not None
+                  else f"{len(result.gaps)} sequence gap(s)")
+        raise ImportRefused(f"{file.name} does not replay: {detail}; nothing was imported "
+                            "(--force imports it as it is)")
     target = resolve_write_target(out.db, "import")
-    with open_store(target, create=True) as store:
-        imported = store.import_experiment(export_file, name=name)
-        result = verify_log(store, imported)
+    refuse_foreign_target(target)
+    created = _new_files(target)
+    try:
+        with open_store(target, create=True) as store:
+            imported = store.import_experiment(export_file, name=name, force=force)
+            verified = verify_log(store, imported)
+    except BaseException:
+        for leftover in created:
+            leftover.unlink(missing_ok=True)
+        raise
     data = {
         "experiment": imported,
         "sessions": len(export_file.sessions),
-        "events": len(export_file.events),
-        "trials": len({e["trial_id"] for e in export_file.events}),
-        "verified": result.ok,
+        "events": export_file.events,
+        "trials": export_file.trials,
+        "snapshots": verified.snapshots_checked,
+        "verified": verified.ok,
     }
+    if not verified.ok:
+        out.note(f"trial-replay: warning: imported with --force; verify: {_diverged(verified)}")
     if as_json:
         out.json(data)
     else:
         out.text(f"Imported {data['events']} events of {data['trials']} trials and "
-                 f"{data['sessions']} driver sessions as {imported!r}; verify: "
-                 f"{'OK' if result.ok else 'DIVERGED'}")
+                 f"{data['sessions']} driver sessions as {imported!r} "
+                 f"({data['snapshots']} snapshots); verify: "
+                 f"{'OK' if verified.ok else 'DIVERGED'}")
     return out.exit_code
+
+
+def _diverged(result: VerifyResult) -> str:
+    if result.divergence is not None:
+        return result.divergence.describe()
+    return f"{len(result.gaps)} sequence gap(s)"
+
+
+def _new_files(target: str) -> list[Path]:
+    """The SQLite files an import into ``target`` creates (removed if it fails)."""
+    path = database_file(to_url(target))
+    if path is None or path.exists():
+        return []
+    return [path.with_name(path.name + suffix) for suffix in ("", "-wal", "-shm", "-journal")]

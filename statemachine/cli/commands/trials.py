@@ -2,30 +2,34 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from statemachine.cli.db import open_store
-from statemachine.cli.output import Output, json_option
-from statemachine.cli.reading import fold_states, parse_at, require_experiment
+from statemachine.cli.output import Column, Output, basename, json_option, wide_option
+from statemachine.cli.params import AtType
+from statemachine.cli.reading import At, fold_states, require_experiment
 from statemachine.cli.schema import STATUSES, trial_row
 
 
 @click.command("trials")
-@click.argument("experiment")
-@click.option("--at", "at_text", metavar="SEQ|TIME",
+@click.argument("experiment", required=False)
+@click.option("--at", "at", type=AtType(), metavar="SEQ|TIME",
               help="The state as it was at this event position (integer) or ISO time.")
 @click.option("--status", "status_filter", type=click.Choice(STATUSES, case_sensitive=False),
               help="Only trials in this status.")
 @json_option
+@wide_option
 @click.pass_obj
 def trials(
-    out: Output, experiment: str, at_text: str | None, status_filter: str | None, as_json: bool
+    out: Output, experiment: str | None, at: At | None, status_filter: str | None,
+    as_json: bool,
 ) -> int:
     """Per trial: status, failures, restore failures (this episode and total), preemptions,
     last error type and message, latest checkpoint."""
-    at = parse_at(at_text)
     with open_store(out.db) as store:
-        require_experiment(store, experiment)
+        experiment = require_experiment(store, experiment)
         states = fold_states(store, experiment, out, at)
     rows = [trial_row(s) for s in states]
     if status_filter:
@@ -36,25 +40,32 @@ def trials(
     title = f"Trials of {experiment}"
     if at is not None:
         title += f" at {next(iter(at.to_json().values()))}"
-    out.table(
-        ["trial", "status", "failures", "restore fails (episode/total)", "preemptions",
-         "last error", "last decision", "latest checkpoint"],
-        [
-            [
-                r["trial_id"], r["status"], r["num_failures"],
-                f"{r['num_restore_failures']}/{r['total_restore_failures']}",
-                r["num_preemptions"],
-                f"{r['last_error_type']} ({_short(r['last_error_cause'])}): "
-                f"{r['last_error_message']}"
-                if r["last_error_type"] else "",
-                r["last_decision"], r["latest_checkpoint"],
-            ]
-            for r in rows
-        ],
-        title=title,
-        status_column="status",
-    )
+    out.table(_columns(out.wide), [_cells(r, out.wide) for r in rows], title=title)
     return out.exit_code
+
+
+def _columns(wide: bool) -> list[Column]:
+    if wide:
+        return [Column("trial"), Column("status", status=True),
+                Column("failures", justify="right"),
+                Column("restore fails (episode/total)", justify="right"),
+                Column("preemptions", justify="right"), Column("last error"),
+                Column("last decision"), Column("latest checkpoint")]
+    return [Column("trial"), Column("status", status=True),
+            Column("fails", 1, justify="right"), Column("restore", 2, justify="right"),
+            Column("preempt", 4, justify="right"), Column("last error", 1, prose=True),
+            Column("decision", 3), Column("checkpoint", 5)]
+
+
+def _cells(r: dict[str, Any], wide: bool) -> list[Any]:
+    error = ""
+    if r["last_error_type"]:
+        error = f"{r['last_error_type']} ({_short(r['last_error_cause'])}): " \
+                f"{r['last_error_message']}"
+    return [r["trial_id"], r["status"], r["num_failures"],
+            f"{r['num_restore_failures']}/{r['total_restore_failures']}",
+            r["num_preemptions"], error, r["last_decision"],
+            r["latest_checkpoint"] if wide else basename(r["latest_checkpoint"])]
 
 
 def _short(cause: str | None) -> str:

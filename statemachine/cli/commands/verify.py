@@ -9,6 +9,7 @@ import click
 from statemachine.cli.db import open_store
 from statemachine.cli.output import Output, json_option
 from statemachine.cli.reading import require_experiment
+from statemachine.cli.safe_text import one_line
 
 #: Exit code of a log that does not replay.
 EXIT_DIVERGED = 1
@@ -67,6 +68,7 @@ def verify(out: Output, experiment: str | None, as_json: bool) -> int:
         first = next(r for r in results if not r["ok"])
         where = (first["divergence"]["text"] if first["divergence"] is not None
                  else f"a seq gap in trial {first['gaps'][0]['trial_id']!r}")
-        click.echo(f"trial-replay: verify failed: {first['experiment']}: {where}", err=True)
+        click.echo(one_line(f"trial-replay: verify failed: {first['experiment']}: {where}"),
+                   err=True)
         return EXIT_DIVERGED
     return out.exit_code

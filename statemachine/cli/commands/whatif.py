@@ -7,7 +7,8 @@ from typing import Any
 import click
 
 from statemachine.cli.db import BadInput, open_store
-from statemachine.cli.output import Output, json_option
+from statemachine.cli.output import Column, Output, json_option, wide_option
+from statemachine.cli.params import count
 from statemachine.cli.reading import (
     decode_trial,
     group_by_trial,
@@ -15,13 +16,15 @@ from statemachine.cli.reading import (
     require_trial,
 )
 from statemachine.cli.whatif import what_if as replay_what_if
-from statemachine.domain.policy import ExhaustionAction, RetryPolicy
+from statemachine.domain.policy import ExhaustionAction, RestorePhase, RetryPolicy
 
 
 @click.command("what-if")
-@click.argument("experiment")
-@click.option("--max-failures", type=int, help="Hypothetical max_failures (negative: unlimited).")
-@click.option("--restore-retry-num", type=int, help="Hypothetical restore retries per checkpoint.")
+@click.argument("experiment", required=False)
+@click.option("--max-failures", type=count(-(2**31), 2**31 - 1),
+              help="Hypothetical max_failures (negative: unlimited).")
+@click.option("--restore-retry-num", type=count(0, 2**31 - 1),
+              help="Hypothetical restore retries per checkpoint.")
 @click.option("--on-restore-exhausted", type=click.Choice([a.value for a in ExhaustionAction]),
               help="Hypothetical action once the restore retries are spent.")
 @click.option("--count-preemption-as-failure/--no-count-preemption-as-failure", default=None,
@@ -29,18 +32,23 @@ from statemachine.domain.policy import ExhaustionAction, RetryPolicy
 @click.option("--avoid-failed-nodes/--no-avoid-failed-nodes", default=None,
               help="Hypothetically place restore retries away from the nodes where the "
                    "restore already failed (or not).")
+@click.option("--restore-phase", type=click.Choice([p.value for p in RestorePhase]),
+              help="Hypothetical restore phase: until_first_report makes a failure after a "
+                   "restore and before the attempt's first result a restore failure.")
 @click.option("--trial", "trial_ids", multiple=True, metavar="TRIAL",
               help="Only these trials (repeatable).")
 @json_option
+@wide_option
 @click.pass_obj
 def what_if(
     out: Output,
-    experiment: str,
+    experiment: str | None,
     max_failures: int | None,
     restore_retry_num: int | None,
     on_restore_exhausted: str | None,
     count_preemption_as_failure: bool | None,
     avoid_failed_nodes: bool | None,
+    restore_phase: str | None,
     trial_ids: tuple[str, ...],
     as_json: bool,
 ) -> int:
@@ -55,21 +63,20 @@ def what_if(
             ("on_restore_exhausted", on_restore_exhausted),
             ("count_preemption_as_failure", count_preemption_as_failure),
             ("avoid_failed_nodes", avoid_failed_nodes),
+            ("restore_phase", restore_phase),
         )
         if value is not None
     }
     if not changes:
         raise BadInput(
             "what-if needs at least one policy change: --max-failures, --restore-retry-num, "
-            "--on-restore-exhausted, --[no-]count-preemption-as-failure or "
-            "--[no-]avoid-failed-nodes"
+            "--on-restore-exhausted, --[no-]count-preemption-as-failure, "
+            "--[no-]avoid-failed-nodes or --restore-phase"
         )
     RetryPolicy().replace(**changes)  # validate now: one clear line naming the field
     with open_store(out.db) as store:
-        require_experiment(store, experiment)
-        if trial_ids:
-            for trial_id in trial_ids:
-                require_trial(store, experiment, trial_id)
+        experiment = require_experiment(store, experiment)
+        trial_ids = tuple(require_trial(store, experiment, t)[1] for t in trial_ids)
         grouped = group_by_trial(store.read_experiment(experiment))
         results = [
             replay_what_if(tid, [e for _, e in decode_trial(rows, out)], changes)
@@ -86,20 +93,15 @@ def what_if(
         return out.exit_code
     described = ", ".join(f"{k}={v}" for k, v in changes.items())
     out.table(
-        ["trial", "recorded", "hypothetical", "changed", "note"],
-        [
-            [
-                r.trial_id,
-                f"{r.recorded['status']} ({r.recorded['outcome']}, "
-                f"{r.recorded['num_failures']} failures)",
-                f"{r.hypothetical['status']} ({r.hypothetical['outcome']}, "
-                f"{r.hypothetical['num_failures']} failures)",
-                "yes" if r.changed else "",
-                r.note,
-            ]
-            for r in results
-        ],
+        [Column("trial"), Column("recorded", prose=True), Column("hypothetical", prose=True),
+         Column("changed", 2), Column("note", 1, prose=True)],
+        [[r.trial_id, _outcome(r.recorded), _outcome(r.hypothetical),
+          "yes" if r.changed else "", r.note] for r in results],
         title=f"What if {described} in {experiment}",
-        status_column=None,
     )
     return out.exit_code
+
+
+def _outcome(side: dict[str, Any]) -> str:
+    """``TERMINATED (recovered, 1 failures)``."""
+    return f"{side['status']} ({side['outcome']}, {side['num_failures']} failures)"

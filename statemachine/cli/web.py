@@ -1,0 +1,251 @@
+"""``trial-replay serve``: the timeline and each trial's ``explain`` as local web pages.
+
+Standard library only (:mod:`http.server`): one thread per request, each request opens the
+log read-only and closes it again, so a page always shows the log as it is now. Every page
+asks ``/api/version`` every :data:`POLL_SECONDS` seconds and reloads itself when the log has
+new events (or a driver session started or ended): the ``tail -f`` of the browser.
+
+Every text that comes from the log (experiment and trial names, error messages) is escaped
+for HTML; names in links are URL-quoted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote, urlsplit
+
+from statemachine.cli.explain import describe_policy, explain_trial
+from statemachine.cli.reading import (
+    decode_trial,
+    describe_sessions,
+    fold_states,
+    session_ends,
+    session_kinds,
+)
+from statemachine.cli.safe_text import xml_safe
+from statemachine.cli.schema import trial_row
+from statemachine.cli.timeline import build_model, render_svg
+from statemachine.exceptions import StateMachineError
+
+if TYPE_CHECKING:
+    from statemachine.cli.output import Output
+    from statemachine.log import EventStore
+
+__all__ = ["POLL_SECONDS", "Pages", "make_server"]
+
+#: How often a page asks whether the log changed.
+POLL_SECONDS = 2.0
+
+OpenStore = Callable[[], AbstractContextManager["EventStore"]]
+
+_STYLE = """
+body { font-family: Helvetica, Arial, sans-serif; margin: 16px 24px; color: #222; }
+h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 24px; }
+table { border-collapse: collapse; font-size: 13px; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }
+th { background: #f0f0f0; }
+.ERROR { color: #b00020; font-weight: bold; } .TERMINATED { color: #1b7f3b; }
+.RUNNING, .RESTORING { color: #1f5fbf; }
+.live { color: #777; font-size: 12px; } .steps td:first-child { white-space: nowrap; }
+nav { font-size: 13px; margin-bottom: 8px; }
+.summary { font-weight: bold; max-width: 70em; }
+"""
+
+
+def _e(value: Any) -> str:
+    # Shown as the terminal shows it: control characters and lone surrogates as visible
+    # escapes (a surrogate cannot be sent as UTF-8, XML-illegal characters break the page).
+    return html.escape(xml_safe(value), quote=True)
+
+
+def _q(value: str) -> str:
+    return quote(value, safe="")
+
+
+class NotFound(Exception):
+    """A page for an experiment or trial the log does not hold."""
+
+
+class Pages:
+    """The pages, built from the log each time (``open_store`` opens it read-only)."""
+
+    def __init__(self, open_store: OpenStore, out: Output) -> None:
+        self.open_store = open_store
+        self.out = out
+
+    def version(self) -> str:
+        """A short token that changes whenever the log gains an event or a session changes."""
+        parts: list[Any] = []
+        with self.open_store() as store:
+            for info in store.list_experiments():
+                sessions = [(s.epoch, s.ended_at is not None, s.clean_end)
+                            for s in store.list_sessions(info.name)]
+                parts.append([info.name, info.events, str(info.last_recorded_at), sessions])
+        return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+    def index(self) -> str:
+        """Every experiment with its counts."""
+        with self.open_store() as store:
+            infos = store.list_experiments()
+        rows = "".join(
+            f'<tr><td><a href="/e/{_q(i.name)}">{_e(i.name)}</a></td><td>{i.trials}</td>'
+            f"<td>{i.events}</td><td>{i.epoch}</td><td>{_e(i.last_recorded_at)}</td></tr>"
+            for i in infos
+        )
+        body = (
+            "<h1>Experiments</h1><table><thead><tr><th>experiment</th><th>trials</th>"
+            "<th>events</th><th>driver epoch</th><th>last event</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>"
+            if infos else "<h1>Experiments</h1><p>This event log holds no experiment yet.</p>"
+        )
+        return _page("trial-replay", body)
+
+    def experiment(self, name: str) -> str:
+        """The timeline of one experiment and its trials, each linked to its explanation."""
+        with self.open_store() as store:
+            if name not in {i.name for i in store.list_experiments()}:
+                raise NotFound(f"no experiment named {name!r} in this event log")
+            model = build_model(name, list[Any](store.read_experiment(name)),
+                                session_kinds(store.list_sessions(name)))
+            rows = [trial_row(s) for s in fold_states(store, name, self.out)]
+            sessions = store.list_sessions(name)
+        trials = "".join(
+            f'<tr><td><a href="/e/{_q(name)}/t/{_q(r["trial_id"])}">{_e(r["trial_id"])}</a>'
+            f'</td><td class="{_e(r["status"])}">{_e(r["status"])}</td>'
+            f"<td>{r['num_failures']}</td>"
+            f"<td>{r['num_restore_failures']}/{r['total_restore_failures']}</td>"
+            f"<td>{r['num_preemptions']}</td><td>{_e(r['last_error_type'])}</td>"
+            f"<td>{_e(r['last_error_message'])}</td><td>{_e(r['last_decision'])}</td></tr>"
+            for r in rows
+        )
+        epochs = _e(describe_sessions(sessions))
+        svg = render_svg(model).split("?>", 1)[-1]
+        body = (
+            f'<nav><a href="/">experiments</a></nav><h1>{_e(name)}</h1>'
+            f"<p>Driver sessions: {epochs or 'none'}</p>{svg}"
+            "<h2>Trials</h2><table><thead><tr><th>trial</th><th>status</th><th>failures</th>"
+            "<th>restore fails (episode/total)</th><th>preemptions</th><th>last error</th>"
+            "<th>message</th><th>last decision</th></tr></thead>"
+            f"<tbody>{trials}</tbody></table>"
+        )
+        return _page(f"trial-replay: {name}", body)
+
+    def trial(self, name: str, trial_id: str) -> str:
+        """The explanation of one trial (as ``trial-replay explain``)."""
+        with self.open_store() as store:
+            if name not in {i.name for i in store.list_experiments()}:
+                raise NotFound(f"no experiment named {name!r} in this event log")
+            if trial_id not in store.list_trials(name):
+                raise NotFound(f"experiment {name!r} has no trial {trial_id!r}")
+            decoded = decode_trial(store.read_trial(name, trial_id), self.out)
+            sessions = store.list_sessions(name)
+        explanation = explain_trial(trial_id, list[Any](decoded), session_ends(sessions),
+                                    session_kinds(sessions))
+        steps = "".join(
+            "<tr><td>"
+            + (f"seq {step.seq}" if step.seq is not None else "")
+            + (f" epoch {step.epoch}" if step.epoch is not None else "")
+            + f"</td><td>{_e(step.decision)}</td><td>{_e(step.text)}</td></tr>"
+            for step in explanation.steps
+        )
+        body = (
+            f'<nav><a href="/">experiments</a> / <a href="/e/{_q(name)}">{_e(name)}</a></nav>'
+            f"<h1>Trial {_e(trial_id)}</h1>"
+            f'<p class="summary">{_e(explanation.summary)}</p>'
+            f"<p>Policy that applied: {_e(describe_policy(explanation.state.policy))}.</p>"
+            '<table class="steps"><thead><tr><th>where</th><th>decision</th><th>what happened'
+            f"</th></tr></thead><tbody>{steps}</tbody></table>"
+        )
+        return _page(f"trial-replay: {name} / {trial_id}", body)
+
+
+def _page(title: str, body: str) -> str:
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>{_e(title)}</title>
+<style>{_STYLE}</style>
+</head>
+<body>
+<main>
+{body}
+<p class="live" id="live">Live: this page reloads when the event log changes.</p>
+</main>
+<script>
+(function () {{
+  var seen = null;
+  function poll() {{
+    fetch("/api/version", {{cache: "no-store"}}).then(function (r) {{ return r.json(); }})
+      .then(function (d) {{
+        if (seen !== null && d.version !== seen) {{ location.reload(); return; }}
+        seen = d.version;
+        document.getElementById("live").textContent =
+          "Live: checked " + new Date().toLocaleTimeString() + "; reloads on new events.";
+      }})
+      .catch(function () {{
+        document.getElementById("live").textContent = "Live: the server is not answering.";
+      }});
+  }}
+  poll();
+  setInterval(poll, {int(POLL_SECONDS * 1000)});
+}})();
+</script>
+</body>
+</html>
+"""
+
+
+def _route(pages: Pages, path: str) -> tuple[str, str]:
+    """(content type, body) for a request path; raises :class:`NotFound`."""
+    parts = [unquote(p) for p in urlsplit(path).path.split("/") if p]
+    if not parts:
+        return "text/html", pages.index()
+    if parts == ["api", "version"]:
+        return "application/json", json.dumps({"version": pages.version()})
+    if parts[0] == "e" and len(parts) == 2:
+        return "text/html", pages.experiment(parts[1])
+    if parts[0] == "e" and len(parts) == 4 and parts[2] == "t":
+        return "text/html", pages.trial(parts[1], parts[3])
+    raise NotFound(f"no page at {path}")
+
+
+def make_server(host: str, port: int, pages: Pages) -> ThreadingHTTPServer:
+    """A threading HTTP server for ``pages`` bound to ``host:port`` (0: any free port)."""
+    lock = threading.Lock()  # the Output (warnings, exit code) is shared by the threads
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "trial-replay"
+
+        def do_GET(self) -> None:
+            try:
+                with lock:
+                    ctype, body = _route(pages, self.path)
+                status = HTTPStatus.OK
+            except NotFound as exc:
+                ctype, body, status = "text/html", _page("not found", f"<p>{_e(exc)}</p>"), \
+                    HTTPStatus.NOT_FOUND
+            except StateMachineError as exc:
+                ctype, body, status = "text/html", _page("error", f"<p>{_e(exc)}</p>"), \
+                    HTTPStatus.SERVICE_UNAVAILABLE
+            data = body.encode("utf-8")
+            self.send_response(status)
+            self.send_header("Content-Type", f"{ctype}; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # quiet: the terminal shows the URL, not every poll
+
+    return ThreadingHTTPServer((host, port), Handler)
+
