@@ -32,6 +32,14 @@ ORDER = [
     "Hostile names (SQLite)",
     "Hostile names (PostgreSQL)",
     "Rows broken behind the log's back",
+    "One corrupted column",
+    "Hostile text shown (SQLite)",
+    "Hostile text shown (PostgreSQL)",
+    "Absurd option values",
+    "Hostile text fuzz (every read command)",
+    "Rows that disagree with each other",
+    "Hostile export files",
+    "Reading a log that must not change",
 ]
 
 

@@ -404,6 +404,7 @@ def test_checkpoint_deletion_stays_inside_the_trial(
         "a path through that symlink": str(trial_dir / "escape" / "checkpoint_000000"),
         "the trial folder itself": str(trial_dir),
         "a look-alike sibling folder": checkpoint_dir(Path(f"{trial_dir}_x") / "checkpoint_0"),
+        "a NUL in the path": f"{trial_dir}/checkpoint_000009\x00/../../x",
     }
     before = {name: tree(Path(path)) for name, path in
               [("outside", str(outside)), ("neighbour", str(Path(theirs).parent)),
@@ -440,6 +441,7 @@ def test_checkpoint_deletion_stays_inside_the_trial(
     assert len(refusals) == len(hostile)
     assert any("'..'" in m for m in refusals) and any("symlink" in m for m in refusals)
     assert any("not inside the trial directory" in m for m in refusals)
+    assert any("NUL" in m for m in refusals)
 
     expected_paths = Counter([*own, *hostile.values()])
 
@@ -450,9 +452,9 @@ def test_checkpoint_deletion_stays_inside_the_trial(
 
     check_log(
         url, "ckpt-safety", scenario="Checkpoint deletion",
-        injected="restart_from_scratch with deletion, the log holding 6 paths that lead out "
+        injected="restart_from_scratch with deletion, the log holding 7 paths that lead out "
                  "of the trial (other trial, '..', symlink out, through it, the trial folder, "
-                 "a look-alike sibling) beside the trial's own 2",
+                 "a look-alike sibling, a NUL) beside the trial's own 2",
         times=len(hostile), expected={"discarded": expected_paths}, found=found,
         shadow=dict(callback._recorder.states), reliability=reliability,
         details={"deleted": len(own), "refused": len(refusals)},
