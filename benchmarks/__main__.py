@@ -37,11 +37,12 @@ SECTIONS = {
     "peers": ("benchmarks.peers", "eventsourcing and Optuna storages on the same work"),
     "scaleout": ("benchmarks.scaleout", "8 drivers appending to one PostgreSQL at once"),
     "tune": ("benchmarks.tune_overhead", "a Ray Tune run with and without the callback"),
+    "tune-busy": ("benchmarks.tune_busy", "a busy Tune driver: 100 trials x 50 checkpoints"),
     "upload": ("benchmarks.log_upload", "the log's copy to S3: upload cost, what the loop pays"),
 }
 #: Left out of ``--quick`` unless named with ``--section`` (Ray start-up alone takes ~10 s;
 #: ``upload`` starts an S3 server and has its own quick test).
-NOT_QUICK = ("tune", "upload")
+NOT_QUICK = ("tune", "tune-busy", "upload")
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

@@ -198,7 +198,17 @@ def _within(policy: RetryPolicy, failures: int) -> bool:
     return policy.max_failures < 0 or failures <= policy.max_failures
 
 
+def _close_user_restore(s: TrialState) -> None:
+    # The generated histories hold no failure of a user's own restore (restore_phase "ray",
+    # no RestoreError while RUNNING): a start, a training failure or a reset ends what
+    # RestoreSucceeded held aside, as the fold's close_user_restore does.
+    s.unconfirmed_restore = None
+    s.unconfirmed_restore_failures = 0
+    s.user_restore_failed = False
+
+
 def _b_start(s: TrialState, e: Any, p: RetryPolicy) -> None:
+    _close_user_restore(s)
     if e.restore_from is not None or s.checkpoints:
         s.restoring_from = e.restore_from or (s.checkpoints[-1] if s.checkpoints else None)
         s.status = Status.RESTORING
@@ -207,6 +217,8 @@ def _b_start(s: TrialState, e: Any, p: RetryPolicy) -> None:
 
 
 def _b_restored(s: TrialState, e: Any, p: RetryPolicy) -> None:
+    s.unconfirmed_restore = s.restoring_from or (s.checkpoints[-1] if s.checkpoints else None)
+    s.unconfirmed_restore_failures = s.restore_failures
     s.restore_failures = 0
     s.restoring_from = None
     s.status = Status.RUNNING
@@ -239,6 +251,7 @@ def _b_reset(s: TrialState, e: Any, p: RetryPolicy) -> None:
         s.preemptions = 0
     s.restore_failures = 0
     s.restoring_from = None
+    _close_user_restore(s)
     s.status = Status.PENDING
 
 
@@ -282,6 +295,7 @@ def _b_fail_restoring(s: TrialState, e: Any, p: RetryPolicy) -> None:
 
 
 def _b_fail_active(s: TrialState, e: Any, p: RetryPolicy) -> None:
+    _close_user_restore(s)
     err = e.error
     s.last_error = err
     if not err.retryable or p.is_fatal(err.cause_type):

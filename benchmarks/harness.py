@@ -365,7 +365,9 @@ def versions() -> str:
     import sqlite3
 
     parts = [f"Python {platform.python_version()}", f"SQLite {sqlite3.sqlite_version}"]
-    for package in ("statemachine", "transitions", "SQLAlchemy", "psycopg", "ray",
+    from statemachine.distribution import DISTRIBUTION
+
+    for package in (DISTRIBUTION, "transitions", "SQLAlchemy", "psycopg", "ray",
                     "eventsourcing", "optuna"):
         try:
             parts.append(f"{package} {importlib.metadata.version(package)}")
@@ -402,3 +404,27 @@ def scratch() -> Iterator[Path]:
 def python() -> str:
     """This interpreter (for child processes)."""
     return sys.executable
+
+
+def peak_rss_mib(code: str, *args: str) -> float:
+    """Peak resident memory (MiB) of a fresh interpreter running ``code`` with ``args``.
+
+    The child imports what ``code`` imports and runs it once; its high-water mark
+    (``VmHWM``) at exit is the figure (interpreter and imports included, alike for every
+    path compared). Not ``ru_maxrss``: Linux carries the parent's over ``fork``.
+    """
+    import subprocess
+
+    wrapper = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
+        f"{code}\n"
+        "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]\n"
+        "print('RSS', hwm.split()[1])\n"
+    )
+    done = subprocess.run([python(), "-c", wrapper, *args], capture_output=True, text=True,
+                          check=False, timeout=1800)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RSS ")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"memory probe failed: {done.stderr.strip()[-500:]}")
+    return int(lines[-1].split()[1]) / 1024

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
-from benchmarks.harness import Context, Stat, interleaved, per_unit
+from benchmarks.harness import Context, Stat, interleaved, interleaved_ops, per_unit
 from benchmarks.log import POLICY, life
 from statemachine import (
     CheckpointSaved,
@@ -158,9 +158,8 @@ class RawTable:
         self.sqlite = sqlite
         self.sql = RAW_INSERT.format(p=placeholder)
 
-    def round(self, trials: int, rebuilds: list[float], per_trial: list[list[Event]]) -> float:
-        """One round: insert + commit every event (timed, returned), then fetch them."""
-        conn = self.connect()
+    def create(self, conn: Any) -> None:
+        """The table, on a new connection."""
         conn.execute("CREATE TABLE rows (position INTEGER PRIMARY KEY, trial_id TEXT, seq INT, "
                      "type_name TEXT, payload TEXT, recorded_at TEXT, UNIQUE (trial_id, seq))"
                      if self.sqlite else
@@ -168,6 +167,21 @@ class RawTable:
                      "type_name TEXT, payload TEXT, recorded_at TEXT, UNIQUE (trial_id, seq))")
         if not self.sqlite:
             conn.commit()
+
+    def insert(self, conn: Any, row: tuple[Any, ...]) -> None:
+        """One row, one commit."""
+        if self.sqlite:
+            conn.execute("BEGIN")
+            conn.execute(self.sql, row)
+            conn.execute("COMMIT")
+        else:
+            conn.execute(self.sql, row)
+            conn.commit()
+
+    def round(self, trials: int, rebuilds: list[float], per_trial: list[list[Event]]) -> float:
+        """One round: insert + commit every event (timed, returned), then fetch them."""
+        conn = self.connect()
+        self.create(conn)
         payload = '{"checkpoint":"c1"}'
         start = time.perf_counter()
         for k in range(20):
@@ -187,6 +201,52 @@ class RawTable:
         assert len(rows) == trials * 20
         conn.close()
         return written
+
+
+def append_op_by_op(
+    connect_raw: Callable[[], Any], raw_sqlite: bool, ours_url: str, es_env: dict[str, str],
+    trials: int, rounds: int,
+) -> dict[str, Stat]:
+    """Durable appends of the three paths taking turns event by event (rotating who goes
+    first), so a drift of the disk's fsync latency hits them alike; us per event."""
+    peer_trial, app_class = _es_classes()
+    lives = [trial_life(f"t{n}", n) for n in range(trials)]
+    order = [(n, k) for k in range(20) for n in range(trials)]
+    count = len(order) // rounds
+    raw = RawTable(connect_raw, "?" if raw_sqlite else "%s", sqlite=raw_sqlite)
+    conn = connect_raw()
+    raw.create(conn)
+    log = ExperimentLog.open(ours_url, "peers", POLICY)
+    app = app_class(env=es_env)
+    aggregates: dict[int, Any] = {}
+    steps = {name: iter(order) for name in ("raw", "ours", "es")}
+    payload = '{"checkpoint":"c1"}'
+
+    def raw_op() -> None:
+        n, k = next(steps["raw"])
+        row = (f"t{n}", k + 1, lives[n][k].type_name, payload, "2026-01-01 00:00:00")
+        raw.insert(conn, row)
+
+    def ours_op() -> None:
+        n, k = next(steps["ours"])
+        log.record(f"t{n}", lives[n][k])
+
+    def es_op() -> None:
+        n, k = next(steps["es"])
+        if k == 0:
+            aggregate = aggregates[n] = peer_trial(n)
+        else:
+            aggregate = aggregates[n]
+            _es_step(aggregate, lives[n][k])
+        app.save(aggregate)
+
+    try:
+        times = interleaved_ops({"raw": raw_op, "ours": ours_op, "es": es_op}, count, rounds)
+    finally:
+        conn.close()
+        log.close(clean=False)
+        app.close()
+    return {name: per_unit(t, count) for name, t in times.items()}
 
 
 def _sqlite_connect(ctx: Context) -> Callable[[], Any]:
@@ -320,12 +380,42 @@ def _event_store_rows(ctx: Context, backend: str, trials: int) -> None:
         "ours": "ours: ExperimentLog.record (fold + durable append)",
         "es": "eventsourcing: save() per event",
     })
+    ops = _op_by_op(ctx, backend, trials)
+    _rows(table, "append op by op", ops, {
+        "raw": "raw insert + commit (baseline)",
+        "ours": "ours: ExperimentLog.record",
+        "es": "eventsourcing: save()",
+    })
+    ahead = ops["ours"].median / ops["es"].median
+    table.add("append op by op: ours over eventsourcing", None,
+              target="< 1.0x (ahead)", ok=ahead < 1.0,
+              measured=f"{ahead:.2f}x ({backend})")
+    table.note("append (whole rounds): each path writes its 20,000 events in turn; append op "
+               "by op: the three paths take turns event by event (the figure to read when the "
+               "disk's fsync latency drifts), its own fresh databases.")
     _rows(table, "rebuild", read, {
         "raw": "raw fetch of every row (baseline)",
         "ours": "ours: replay_experiment (decode + fold)",
         "es": "eventsourcing: repository.get per aggregate",
     })
     ctx.report.print_table(table)
+
+
+def _op_by_op(ctx: Context, backend: str, trials: int) -> dict[str, Stat]:
+    rounds = min(ctx.rounds, 3)
+    if backend == "SQLite":
+        return append_op_by_op(
+            _sqlite_connect(ctx), True, ctx.sqlite_url("ours-ops"),
+            {"PERSISTENCE_MODULE": "eventsourcing.sqlite",
+             "SQLITE_DBNAME": str(ctx.workdir / f"es-ops-{uuid.uuid4().hex[:8]}.db")},
+            trials, rounds)
+    import psycopg
+
+    with ctx.pg_schema() as (ours_url, _), ctx.pg_schema() as (_, raw_info), \
+            ctx.pg_schema() as (_, es_info):
+        return append_op_by_op(
+            lambda: psycopg.connect(raw_info), False, ours_url,
+            _es_pg_env(ctx.pg_url or "", es_info.rsplit("%3D", 1)[1]), trials, rounds)
 
 
 def _rows(table: Any, what: str, stats: dict[str, Stat], labels: dict[str, str]) -> None:

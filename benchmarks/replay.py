@@ -23,7 +23,7 @@ import sqlite3
 from collections.abc import Iterator
 
 from benchmarks.fsm import BASELINE, POLICY, construct_unchecked, generate_history
-from benchmarks.harness import Context, interleaved, per_unit
+from benchmarks.harness import Context, interleaved, peak_rss_mib, per_unit
 from statemachine import EventStore, ExperimentLog, TrialState, replay_experiment
 from statemachine.domain.events import Event, decode_event
 
@@ -124,6 +124,18 @@ def run(ctx: Context) -> None:
         }, min(ctx.rounds, 3))
     finally:
         store.close()
+    memory = {
+        "baseline": peak_rss_mib(
+            "from benchmarks.replay import raw_read_dict_fold\n"
+            "import statemachine.log\n"
+            "raw_read_dict_fold(sys.argv[1])", path),
+        "replay": peak_rss_mib(
+            "from benchmarks.replay import EXPERIMENT\n"
+            "from statemachine import EventStore\n"
+            "from statemachine.log import replay_experiment\n"
+            "with EventStore.open(sys.argv[1], create=False) as store:\n"
+            "    replay_experiment(store, EXPERIMENT)", url),
+    }
     stats = {name: per_unit(t, events) for name, t in times.items()}
     table = ctx.report.table(
         "replay", f"Replay an experiment of {events:,} events ({len(expected):,} trials) "
@@ -144,4 +156,7 @@ def run(ctx: Context) -> None:
     table.note("The fold (and the counters check) is the rest: replay minus lean read + "
                "decode. Every path reaches the same final state of every trial (checked "
                "before timing).")
+    table.note(f"peak RSS of a fresh process: replay_experiment {memory['replay']:,.0f} MiB, "
+               f"raw read + dict fold {memory['baseline']:,.0f} MiB "
+               f"({memory['replay'] / memory['baseline']:.2f}x; both import statemachine).")
     ctx.report.print_table(table)

@@ -14,6 +14,8 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -109,17 +111,18 @@ def one_run(ctx: Context, trials: int, with_callback: bool) -> float:
     return elapsed
 
 
-def run(ctx: Context) -> None:
-    """Measure and print the ``tune`` table."""
+@contextmanager
+def local_ray(ctx: Context, section: str, title: str) -> Iterator[bool]:
+    """Ray on this machine for a Tune section (the checkout on the workers' ``PYTHONPATH``),
+    shut down after; ``False`` (the section's table printed as skipped) without Ray."""
     try:
         import ray
     except ImportError:
-        table = ctx.report.table("tune", "Ray Tune driver", "s")
+        table = ctx.report.table(section, title, "s")
         table.skip("Ray", "ray[tune] is not installed: pip install -e '.[bench]'")
         ctx.report.print_table(table)
+        yield False
         return
-    trials = ctx.size(8, 4)
-    rounds = max(1, min(ctx.rounds, 3)) if not ctx.quick else 1
     repo = str(Path(__file__).resolve().parents[1])
     saved = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (repo, saved) if p)
@@ -127,18 +130,28 @@ def run(ctx: Context) -> None:
     ray.init(num_cpus=2, include_dashboard=False, configure_logging=False,
              log_to_driver=False)
     try:
-        one_run(ctx, trials, with_callback=False)  # warm-up: workers, imports
-        times: dict[str, list[float]] = {"without": [], "with": []}
-        for r in range(rounds):
-            order = ("without", "with") if r % 2 == 0 else ("with", "without")
-            for variant in order:
-                times[variant].append(one_run(ctx, trials, with_callback=variant == "with"))
+        yield True
     finally:
         ray.shutdown()
         if saved is None:
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = saved
+
+
+def run(ctx: Context) -> None:
+    """Measure and print the ``tune`` table."""
+    trials = ctx.size(8, 4)
+    rounds = max(1, min(ctx.rounds, 3)) if not ctx.quick else 1
+    with local_ray(ctx, "tune", "Ray Tune driver") as available:
+        if not available:
+            return
+        one_run(ctx, trials, with_callback=False)  # warm-up: workers, imports
+        times: dict[str, list[float]] = {"without": [], "with": []}
+        for r in range(rounds):
+            order = ("without", "with") if r % 2 == 0 else ("with", "without")
+            for variant in order:
+                times[variant].append(one_run(ctx, trials, with_callback=variant == "with"))
     without, with_ = Stat.of(times["without"]), Stat.of(times["with"])
     ratio = with_.median / without.median
     table = ctx.report.table("tune", f"Ray Tune: {trials} trials x {ITERS} iterations with "
