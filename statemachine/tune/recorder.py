@@ -15,7 +15,10 @@ that carries no decision (a start, a checkpoint, a completion: the fold's record
 an event that carries a decision (a failure and what to do about it) first waits for
 everything queued before it and is then written at once: it is durable before the call
 returns, i.e. before Ray acts on it. The order of the log is the order of the calls either
-way.
+way. Whatever is queued when a write starts goes to the log as one transaction (one commit,
+so one fsync for the lot); a batch the log refuses is written again one event at a time, so
+a store that is down is retried and an event that can never be stored goes alone to the
+dead letters.
 """
 
 from __future__ import annotations
@@ -76,6 +79,8 @@ class Recorder:
         cooldown_s: after a failed write, how long later events only queue.
         background: write events that carry no decision from a writer thread (see the
             module); decision-bearing events are always written before ``record`` returns.
+        batch_size: at most this many queued events go to the log in one transaction (one
+            commit); a batch that fails is written again one event at a time.
     """
 
     def __init__(
@@ -87,6 +92,7 @@ class Recorder:
         backoff_s: float = 0.05,
         cooldown_s: float = 2.0,
         background: bool = False,
+        batch_size: int = 500,
     ) -> None:
         self._open_log = open_log
         self.policy = policy
@@ -119,6 +125,7 @@ class Recorder:
         self._wake = threading.Event()
         self._stopping = False
         self._writer: threading.Thread | None = None
+        self.batch_size = batch_size
 
     # ------------------------------------------------------------------ reading
 
@@ -261,11 +268,21 @@ class Recorder:
             return len(self._queue)
         written = 0
         while self._queue:
-            if not self._write(self._queue[0]):
-                self._failing = True
-                return len(self._queue)
-            self._queue.popleft()
-            written += 1
+            # Index, never iterate: the driver appends to the queue while this runs.
+            batch = [self._queue[i] for i in range(min(len(self._queue), self.batch_size))]
+            if len(batch) > 1 and self._write_batch(batch):
+                for _ in batch:
+                    self._queue.popleft()
+                written += len(batch)
+                continue
+            # One by one: the store is down (retried, then queued) or an event of the batch
+            # can never be written (it alone goes to the dead letters).
+            for _ in batch:
+                if not self._write(self._queue[0]):
+                    self._failing = True
+                    return len(self._queue)
+                self._queue.popleft()
+                written += 1
         if self._failing:
             self._failing = False
             logger.warning(
@@ -274,6 +291,24 @@ class Recorder:
                 self.write_failures,
             )
         return 0
+
+    def _write_batch(self, batch: list[PendingEvent]) -> bool:
+        """Write ``batch`` in one transaction (one commit, one fsync); False if it failed.
+
+        All or none: after a failure nothing of it is in the log (or, when the commit's
+        outcome is unknown, all of it is, and the same event ids make the one-by-one retry
+        a no-op), so the caller writes it again one event at a time.
+        """
+        try:
+            self.log.record_many(
+                [(p.trial_id, p.event) for p in batch], event_ids=[p.event_id for p in batch]
+            )
+        except Exception as exc:
+            logger.debug("statemachine: a group write of %d events failed (%s); writing "
+                         "them one by one", len(batch), exc)
+            return False
+        self.recorded += len(batch)
+        return True
 
     def _write(self, pending: PendingEvent) -> bool:
         from statemachine import exceptions
