@@ -175,6 +175,18 @@ def test_markup_and_terminal_escapes_are_shown_literally(
     assert events["events"][2]["node"]["hostname"] == MESSAGE[:40]
     for line in run_cli("--db", any_url, "tail", "--json", "--", EXP)[1].splitlines():
         assert json.loads(line)["trial_id"] == TRIAL
+    # export to a terminal: JSON-escaped too; imported back, the very same text.
+    code, out, err = run_cli("--db", any_url, "export", "--", EXP)
+    assert_safe(code, out, err, "export")
+    exported = [json.loads(line) for line in out.splitlines()]
+    assert {e["trial_id"] for e in exported if e["kind"] == "event"} == {TRIAL}
+    (tmp_path / "exp.jsonl").write_text(out, encoding="utf-8")
+    imported = f"sqlite:///{tmp_path / 'imported.db'}"
+    code, _, err = run_cli("--db", imported, "import", "--as", "copy", tmp_path / "exp.jsonl")
+    assert code == 0, err
+    (back,) = json.loads(run_cli("--db", imported, "trials", "--json", "--", "copy")[1])
+    assert (back["trial_id"], back["last_error_message"], back["latest_checkpoint"]) == (
+        TRIAL, MESSAGE, CHECKPOINT)
 
     # Pictures: the SVG parses (XML-illegal characters escaped), the HTML is whole, the PNG
     # draws a '$' as a dollar sign.

@@ -13,6 +13,7 @@ import click
 from statemachine.cli.db import BadInput, open_store, resolve_write_target
 from statemachine.cli.output import Output, json_option
 from statemachine.cli.reading import require_experiment
+from statemachine.cli.safe_text import json_safe
 from statemachine.log import VerifyResult
 from statemachine.log import verify as verify_log
 from statemachine.log.dialect import database_file
@@ -37,7 +38,8 @@ def export(out: Output, experiment: str | None, path: Path | None, as_json: bool
     with open_store(out.db) as store, _sink(path) as write:
         experiment = require_experiment(store, experiment)
         for record in export_records(store, experiment, out.warn):  # streamed, line by line
-            write(f"{dump_json(record)}\n")
+            # C1, bidi and the like JSON-escaped: the same text, safe on a terminal.
+            write(f"{json_safe(dump_json(record))}\n")
             lines += 1
             events += record["kind"] == "event"
     if path is None:
