@@ -17,17 +17,20 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, inspect
+from sqlalchemy import Connection, Engine, MetaData, Table, inspect, select
 
 from statemachine.distribution import cli_command, install_hint
 from statemachine.exceptions import NotAnEventLogError, SchemaVersionError, StoreError
 from statemachine.log.dialect import WRITER, backend_of
 from statemachine.log.engine import describe, translated
-from statemachine.log.schema import TABLE_NAMES
+from statemachine.log.schema import TABLE_NAMES, experiments
 
 #: Key of the lock that serialises concurrent upgrades (PostgreSQL: an advisory lock).
 _MIGRATION_LOCK = 0x5EED_1060
 
+
+#: Alembic's version table (its default name; env.py keeps it).
+_VERSION_TABLE = "alembic_version"
 
 #: The command that creates or migrates an event log without a checkout.
 UPGRADE_COMMAND = "trial-replay --db URL db upgrade"
@@ -166,3 +169,24 @@ def upgrade(engine: Engine) -> str:
             if revision != head_revision():
                 command.upgrade(alembic_config(conn), "head")
     return head_revision()
+
+
+def remove(engine: Engine, experiment: str) -> bool:
+    """Drop the event log's tables and version stamp (every migration downgraded, in one
+    transaction), unless it holds an experiment other than ``experiment``: then it is left
+    as it is and ``False`` returned. Only for a log this process just created for
+    ``experiment`` and must not leave behind (a failed ``import`` into a new PostgreSQL
+    database or schema); another writer that started using it meanwhile keeps it."""
+    url = engine.url.render_as_string(hide_password=False)
+    with translated("removing the event log", url), engine.connect() as conn:
+        conn = conn.execution_options(**{WRITER: True})
+        with conn.begin():
+            backend_of(conn).lock_migrations(conn, _MIGRATION_LOCK)
+            if current_revision(conn) is None:
+                return True
+            names = set(conn.execute(select(experiments.c.name)).scalars())
+            if names - {experiment}:
+                return False
+            command.downgrade(alembic_config(conn), "base")
+            Table(_VERSION_TABLE, MetaData()).drop(conn, checkfirst=True)
+    return True

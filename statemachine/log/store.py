@@ -312,6 +312,22 @@ def refuse_foreign_target(url_or_path: str | Path) -> None:
         )
 
 
+def remove_new_event_log(url_or_path: str | Path, experiment: str) -> bool:
+    """Drop an event log this process created in a database server for ``experiment`` and
+    must not leave behind (what a failed ``import`` made): its tables, its data and its
+    version stamp. Kept (``False``) if it holds any other experiment: someone else writes
+    there now. A database file is removed by its creator instead."""
+    url = to_url(url_or_path)
+    if backend_for(url).database_file(url) is not None:
+        raise ConfigurationError(f"{describe(url)} is a database file: delete the file instead")
+    engine = _engine(url, create=False)
+    try:
+        with _typed_open_errors(engine, url):
+            return migrate.remove(engine, experiment)
+    finally:
+        engine.dispose()
+
+
 class EventStore:
     """An event log in one database. Open with :meth:`open`; close with :meth:`close`."""
 

@@ -331,3 +331,41 @@ def test_row_that_does_not_fold_is_reported_and_the_rest_is_shown(
     assert len(json.loads(what_if.stdout)["trials"]) == 6
     verify = invoke("--db", fixture_db, "verify", EXP)
     assert_one_line_error(verify, f"position {position}", "transition", code=1)
+
+
+@pytest.mark.parametrize("backend", ["sqlite",
+                                     pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_an_import_interrupted_after_it_wrote_leaves_no_new_log_behind(
+    invoke: Callable[..., Run], fixture_db: Path, tmp_path: Path, backend: str,
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from statemachine.log import EventStore
+    from statemachine.log.store import schema_revision
+
+    exported = tmp_path / "e.jsonl"
+    invoke("--db", fixture_db, "export", EXP, "-o", exported)
+    target = (str(request.getfixturevalue("pg_url")) if backend == "postgres"
+              else str(tmp_path / "target.db"))
+    real_import = EventStore.import_experiment
+
+    def import_then_ctrl_c(self: EventStore, *args: object, **kwargs: object) -> str:
+        real_import(self, *args, **kwargs)  # type: ignore[arg-type]
+        raise KeyboardInterrupt  # the user's Ctrl-C, after the import's transaction
+
+    monkeypatch.setattr(EventStore, "import_experiment", import_then_ctrl_c)
+    try:
+        code = invoke("--db", target, "import", exported).exit_code
+    except KeyboardInterrupt:
+        code = 130
+    assert code != 0
+    monkeypatch.undo()
+    if backend == "sqlite":
+        assert [p.name for p in tmp_path.glob("target.db*")] == []  # no file, -wal, -shm
+    else:
+        assert schema_revision(target) is None  # no tables, no version stamp
+        import sqlalchemy
+
+        with sqlalchemy.create_engine(target).connect() as conn:
+            assert sqlalchemy.inspect(conn).get_table_names() == []
+    # And the same import, uninterrupted, works into the same place.
+    assert invoke("--db", target, "import", exported).exit_code == 0

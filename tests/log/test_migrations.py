@@ -205,6 +205,25 @@ class TestPostgresMigrations(MigrationContract):
     def url(self, pg_url: str) -> str:
         return pg_url
 
+    def test_removing_a_new_log_drops_it_unless_another_experiment_writes_there(
+        self, url: str
+    ) -> None:
+        from statemachine import RetryPolicy
+        from statemachine.log.store import remove_new_event_log, schema_revision
+
+        with EventStore.open(url) as store:
+            store.start_session("imported", policy=RetryPolicy())
+        assert remove_new_event_log(url, "imported") is True
+        assert schema_revision(url) is None
+        assert inspect(create_engine(url)).get_table_names() == []
+        # Another experiment arrived meanwhile: the log is someone's now, kept whole.
+        with EventStore.open(url) as store:
+            store.start_session("imported", policy=RetryPolicy())
+            store.start_session("a driver's", policy=RetryPolicy())
+        assert remove_new_event_log(url, "imported") is False
+        with EventStore.open(url, create=False) as store:
+            assert sorted(i.name for i in store.list_experiments()) == ["a driver's", "imported"]
+
     def test_unknown_database_is_not_found(self, pg_server_url: str) -> None:
         url = pg_server_url.rsplit("/", 1)[0] + "/statemachine_no_such_db"
         with pytest.raises(StoreNotFoundError, match="does not exist"):

@@ -19,7 +19,11 @@ from statemachine.log import verify as verify_log
 from statemachine.log.dialect import database_file
 from statemachine.log.engine import to_url
 from statemachine.log.records import dump_json
-from statemachine.log.store import refuse_foreign_target
+from statemachine.log.store import (
+    refuse_foreign_target,
+    remove_new_event_log,
+    schema_revision,
+)
 from statemachine.log.transfer import export_records, read_export
 
 
@@ -97,6 +101,8 @@ def import_(out: Output, file: Path, name: str | None, force: bool, as_json: boo
     target = resolve_write_target(out.db, "import")
     refuse_foreign_target(target)
     created = _new_files(target)
+    # A server database (or schema) without an event log yet: its new tables go if it fails.
+    new_on_server = database_file(to_url(target)) is None and schema_revision(target) is None
     try:
         with open_store(target, create=True) as store:
             imported = store.import_experiment(export_file, name=name, force=force)
@@ -104,6 +110,8 @@ def import_(out: Output, file: Path, name: str | None, force: bool, as_json: boo
     except BaseException:
         for leftover in created:
             leftover.unlink(missing_ok=True)
+        if new_on_server:
+            remove_new_event_log(target, name or str(export_file.header["name"]))
         raise
     data = {
         "experiment": imported,
