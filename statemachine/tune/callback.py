@@ -673,6 +673,8 @@ class EventLogCallback(Callback):
                 "error seam (Trial methods not wrapped: was the callback given to this "
                 "TuneController after it started?); such failures are not in the event log",
                 surface.trial_id(trial))
+
+    @_never_raises
     def on_trial_result(self, iteration: int, trials: list[Any], trial: Any,
                         result: dict[str, Any], **info: Any) -> None:
         """The first result of each attempt is recorded (``FirstResult``); later ones not.
@@ -776,16 +778,13 @@ class EventLogCallback(Callback):
             self._recorder.flush()
             self._log_sync.request(self._recorder.recorded if changed_only else None)
 
+    @_never_raises
     def get_state(self) -> dict[str, Any] | None:
         """Tune's experiment checkpoint: the log's copy goes to storage with it.
 
         Nothing is added to Tune's callback state (``None``); see :meth:`__getstate__`.
         """
-        try:
-            self._upload_log(changed_only=True)
-        except Exception:  # never raise into Tune
-            self.hook_errors += 1
-            logger.exception("statemachine: get_state failed; the run continues")
+        self._upload_log(changed_only=True)
         return None
 
     def _close_log_sync(self) -> None:

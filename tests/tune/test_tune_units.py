@@ -200,3 +200,24 @@ def test_a_failure_the_seam_did_not_record_is_warned_about_once(
     trial = SimpleNamespace(trial_id="c")
     callback.on_trial_error(1, [trial], trial)
     assert not [r for r in caplog.records if "not the error seam" in r.getMessage()]
+
+
+def test_every_tune_hook_of_the_callback_reports_its_errors_instead_of_raising() -> None:
+    """An exception escaping a callback aborts the whole Tune run: every hook is guarded."""
+    from types import SimpleNamespace
+
+    from ray.tune import Callback
+
+    from statemachine.tune import EventLogCallback
+
+    hooks = [name for name in vars(EventLogCallback)
+             if callable(getattr(Callback, name, None)) and not name.startswith("_")]
+    assert "on_trial_result" in hooks and "on_trial_start" in hooks
+    unguarded = [name for name in hooks
+                 if not hasattr(getattr(EventLogCallback, name), "__wrapped__")]
+    assert unguarded == []
+    callback = EventLogCallback()
+    callback._awaiting_result.add("t1")
+    broken = SimpleNamespace(trial_id="t1")  # no storage, no config: recording it fails
+    assert callback.on_trial_result(1, [broken], broken, {"training_iteration": 1}) is None
+    assert callback.hook_errors == 1
