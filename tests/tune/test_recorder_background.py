@@ -50,16 +50,33 @@ def stored_types(path: Path) -> list[str]:
         return [e.type_name for e in store.read_experiment("exp")]
 
 
+def stored_pairs(path: Path) -> list[tuple[str, str]]:
+    with EventStore.open(path, create=False) as store:
+        return [(e.trial_id, e.type_name) for e in store.read_experiment("exp")]
+
+
+class HeldRecorder:
+    """A background recorder whose log (a real SQLite file) is held until ``gate`` opens."""
+
+    def __init__(self, tmp_path: Path, **options: Any) -> None:
+        policy = RetryPolicy(max_failures=2)
+        self.path = tmp_path / "log.db"
+        self.gate = threading.Event()
+        self.logs: list[HeldLog] = []
+
+        def open_log() -> HeldLog:
+            self.logs.append(HeldLog(ExperimentLog.open(self.path, "exp", policy), self.gate))
+            return self.logs[-1]
+
+        self.recorder = Recorder(open_log, policy, background=True, **options)
+        assert self.recorder.open()
+
+
 def test_a_decision_waits_for_the_queue_and_is_durable_when_record_returns(
     tmp_path: Path,
 ) -> None:
-    policy = RetryPolicy(max_failures=2)
-    path = tmp_path / "log.db"
-    gate = threading.Event()
-    recorder = Recorder(
-        lambda: HeldLog(ExperimentLog.open(path, "exp", policy), gate), policy, background=True
-    )
-    assert recorder.open()
+    held = HeldRecorder(tmp_path)
+    recorder, path, gate = held.recorder, held.path, held.gate
     for event in (TrialAdded(), TrialStarted(), CheckpointSaved("c1"), CheckpointSaved("c2")):
         record = recorder.record("t1", event)
         assert record is not None and record.decision is None
@@ -86,31 +103,20 @@ def test_a_decision_waits_for_the_queue_and_is_durable_when_record_returns(
 def test_what_queued_behind_a_slow_disk_goes_to_the_log_in_one_transaction(
     tmp_path: Path,
 ) -> None:
-    policy = RetryPolicy(max_failures=2)
-    path = tmp_path / "log.db"
-    gate = threading.Event()
-    logs: list[HeldLog] = []
-
-    def open_log() -> HeldLog:
-        logs.append(HeldLog(ExperimentLog.open(path, "exp", policy), gate))
-        return logs[-1]
-
-    recorder = Recorder(open_log, policy, background=True)
-    assert recorder.open()
+    held = HeldRecorder(tmp_path)
+    recorder = held.recorder
     trials = [f"t{i}" for i in range(20)]
     for trial in trials:
         recorder.record(trial, TrialAdded())
         recorder.record(trial, TrialStarted())
-    gate.set()
+    held.gate.set()
     assert recorder.flush(force=True) == 0
     recorder.close()
     # 20 x (PolicySet, TrialAdded, TrialStarted), in the order recorded, in few transactions:
     # the writer thread may have taken the first events alone before the rest queued.
-    with EventStore.open(path, create=False) as store:
-        stored = [(e.trial_id, e.type_name) for e in store.read_experiment("exp")]
-    assert stored == [(t, kind) for t in trials
-                      for kind in ("PolicySet", "TrialAdded", "TrialStarted")]
-    (log,) = logs
+    assert stored_pairs(held.path) == [(t, kind) for t in trials
+                                       for kind in ("PolicySet", "TrialAdded", "TrialStarted")]
+    (log,) = held.logs
     assert sum(log.transactions) == 60 and len(log.transactions) <= 3, log.transactions
     assert recorder.summary()["recorded"] == 60
 
@@ -120,25 +126,17 @@ def test_a_group_write_with_an_unstorable_event_writes_the_others_in_order(
 ) -> None:
     import os
 
-    policy = RetryPolicy(max_failures=2)
-    path = tmp_path / "log.db"
-    gate = threading.Event()
-    recorder = Recorder(
-        lambda: HeldLog(ExperimentLog.open(path, "exp", policy), gate), policy,
-        background=True, backoff_s=0.0,
-    )
-    assert recorder.open()
+    held = HeldRecorder(tmp_path, backoff_s=0.0)
+    recorder = held.recorder
     bad = os.fsdecode(b"trial-\xff")  # a lone surrogate: no database can hold it
     for trial in ("a", bad, "b"):
         recorder.record(trial, TrialAdded())
-    gate.set()
+    held.gate.set()
     assert recorder.flush(force=True) == 0  # nothing stays queued behind the bad events
     recorder.close()
     assert [(p.trial_id, p.event.type_name) for p, _ in recorder.dead] == [
         (bad, "PolicySet"), (bad, "TrialAdded"),
     ]
     assert recorder.write_failures == 0  # refused, not retried as if the store were down
-    with EventStore.open(path, create=False) as store:
-        stored = [(e.trial_id, e.type_name) for e in store.read_experiment("exp")]
-    assert stored == [("a", "PolicySet"), ("a", "TrialAdded"), ("b", "PolicySet"),
-                      ("b", "TrialAdded")]
+    assert stored_pairs(held.path) == [("a", "PolicySet"), ("a", "TrialAdded"),
+                                       ("b", "PolicySet"), ("b", "TrialAdded")]
