@@ -5,13 +5,16 @@ usage: ``python -m tests.faults.fault_driver fit|restore STORAGE NAME CONFIG_JSO
 every iteration, the ``EventLogCallback`` with its default store in the experiment folder);
 ``restore`` continues it with ``Tuner.restore`` (the callback comes back from the experiment
 state). At the end OUT_JSON gets Ray's view (``{trial_id: [status, num_failures]}``), the
-callback's summary as it logged it, and every statemachine warning or error it logged.
+callback's summary as it logged it, every statemachine warning or error it logged, and the
+error of every trial that ended in ERROR. The driver's ``FAULT_DRIVER_ROLE`` reaches its trial
+actors (``Steps`` holds by role).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -48,7 +51,9 @@ def main(mode: str, storage: str, name: str, config: str, cpus: str, out: str) -
     logger = logging.getLogger("statemachine")
     logger.setLevel(logging.INFO)
     logger.addHandler(keep)
-    ray.init(num_cpus=int(cpus), include_dashboard=False, address="local")
+    role = os.environ.get("FAULT_DRIVER_ROLE", "")
+    ray.init(num_cpus=int(cpus), include_dashboard=False, address="local",
+             runtime_env={"env_vars": {"FAULT_DRIVER_ROLE": role}})
     try:
         if mode == "fit":
             tuner = tune.Tuner(
@@ -68,6 +73,8 @@ def main(mode: str, storage: str, name: str, config: str, cpus: str, out: str) -
             "ray": {t.trial_id: [t.status, t.num_failures] for t in trials},
             "summary": keep.summary,
             "messages": keep.messages,
+            "errors": {t.trial_id: Path(t.error_file).read_text(errors="replace")[-3000:]
+                       for t in trials if t.error_file and Path(t.error_file).exists()},
         }))
     finally:
         ray.shutdown()

@@ -11,6 +11,7 @@ In the control folder ``config["ctl"]`` (shared by the test, the driver and Ray'
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,8 @@ class Steps(CountingTrainable):
 
     config: ``ctl`` (folder), ``iters``, ``sleep`` (seconds), ``fail_at`` (iterations that
     raise ``ValueError`` once per trial), ``holds`` (``{file name: iteration}``: from that
-    iteration on, a step waits while that file exists in ``ctl``).
+    iteration on, a step waits while that file exists in ``ctl``; ``{role}`` in a name becomes
+    the actor's ``FAULT_DRIVER_ROLE``, so a test holds one driver's trial and not another's).
     """
 
     def step(self) -> dict[str, Any]:
@@ -55,8 +57,9 @@ class Steps(CountingTrainable):
             self.ctl / f"failed-{self.trial_id}-{self.i}"
         ):
             raise ValueError(f"training failed at iteration {self.i}")
+        role = os.environ.get("FAULT_DRIVER_ROLE", "")
         for name, start in self.config.get("holds", {}).items():
-            while self.i >= start and (self.ctl / name).exists():
+            while self.i >= start and (self.ctl / name.format(role=role)).exists():
                 time.sleep(0.05)  # held by the test until it lets the trial go on
         n = 0
         while not touch_once(self.ctl / f"beat-{self.trial_id}-{self.i}-{n}"):

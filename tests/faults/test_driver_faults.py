@@ -33,9 +33,9 @@ class Driver:
     """One driver process; its output goes to ``log``."""
 
     def __init__(self, mode: str, storage: Path, name: str, config: dict[str, Any],
-                 cpus: int, out: Path, log: Path) -> None:
+                 cpus: int, out: Path, log: Path, role: str = "") -> None:
         env = {**os.environ, "PYTHONPATH": worker_pythonpath(), "RAY_DEDUP_LOGS": "0",
-               "TUNE_GLOBAL_CHECKPOINT_S": "0"}
+               "TUNE_GLOBAL_CHECKPOINT_S": "0", "FAULT_DRIVER_ROLE": role}
         env.pop("STATEMACHINE_DB_URL", None)
         self.out, self.log = out, log
         with log.open("ab") as sink:
@@ -169,34 +169,41 @@ def test_two_drivers_resume_the_same_experiment(
 ) -> None:
     ctl, storage, name = tmp_path / "ctl", tmp_path / "results", "doubled"
     ctl.mkdir()
-    # From iteration 3 on the trial waits while ctl/hold exists: the older driver is still
-    # training when the newer one takes the experiment over, however slow the machine.
-    (ctl / "hold").touch()
-    config = {"ctl": str(ctl), "iters": 8, "sleep": 0.2, "fail_at": [], "holds": {"hold": 3}}
+    # From iteration 3 on each driver's trial waits while its hold file exists: the older
+    # driver is still training when the newer one takes the experiment over, however slow the
+    # machine. The two trainings then run one after the other: run together, they would write
+    # the same checkpoint folders at once (Ray's files are not fenced, only the log is) and a
+    # torn checkpoint could fail the newer driver's trial for a reason this test is not about.
+    (ctl / "hold-older").touch()
+    (ctl / "hold-newer").touch()
+    config = {"ctl": str(ctl), "iters": 8, "sleep": 0.2, "fail_at": [],
+              "holds": {"hold-{role}": 3}}
     db = storage / name / "statemachine.db"
     older = newer = None
     try:
         older = Driver("fit", storage, name, config, 1, tmp_path / "older.json",
-                       tmp_path / "older.log")
+                       tmp_path / "older.log", role="older")
         wait_for("iteration 2", lambda: beats(ctl) >= 2, older)
         wait_for("the experiment state", lambda: restorable(storage / name), older)
         newer = Driver("restore", storage, name, config, 1, tmp_path / "newer.json",
-                       tmp_path / "newer.log")
+                       tmp_path / "newer.log", role="newer")
         wait_for("the newer driver's session", lambda: sessions_of(db, name) >= 2, newer)
-        (ctl / "hold").unlink()
+        (ctl / "hold-older").unlink()
         first = older.finish(timeout=180)
+        (ctl / "hold-newer").unlink()
         second = newer.finish(timeout=180)
     finally:
         for driver in (older, newer):
             if driver is not None:
                 driver.kill()
+    assert older is not None and newer is not None
 
     # The older driver is fenced out and says so; Tune went on in both.
     fenced = [m for m in first["messages"] if "newer driver took over" in m]
     assert fenced and fenced[0].startswith("ERROR"), first["messages"]
     assert first["summary"]["unwritten"] > 0, first["summary"]
-    assert [s for s, _ in first["ray"].values()] == ["TERMINATED"]
-    assert [s for s, _ in second["ray"].values()] == ["TERMINATED"]
+    assert [s for s, _ in first["ray"].values()] == ["TERMINATED"], (first, older.tail())
+    assert [s for s, _ in second["ray"].values()] == ["TERMINATED"], (second, newer.tail())
     assert second["summary"]["unwritten"] == 0 and second["summary"]["rejected"] == 0
     # What the fenced driver could not write is refused (saved to its file), not merged.
     (saved,) = (storage / name).glob("statemachine-unwritten-*.jsonl")
