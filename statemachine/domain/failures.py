@@ -45,22 +45,19 @@ class TrialError(Exception):
         """Rebuild a failure from :meth:`to_dict` output."""
         try:
             cls = FAILURE_KINDS[data["kind"]]
-            kwargs = {
-                "cause_type": data["cause_type"],
-                "message": data["message"],
-                "traceback": data.get("traceback", ""),
-            }
+            cause_type, message = data["cause_type"], data["message"]
+            traceback = data.get("traceback", "")
             if not (
-                isinstance(kwargs["cause_type"], str)
-                and isinstance(kwargs["message"], str)
-                and isinstance(kwargs["traceback"], str)
+                isinstance(cause_type, str)
+                and isinstance(message, str)
+                and isinstance(traceback, str)
             ):
                 raise TypeError("cause_type, message and traceback must be strings")
             if cls is ActorError:
                 if not isinstance(data["preempted"], bool):
                     raise TypeError("preempted must be true or false")
-                return ActorError(preempted=data["preempted"], **kwargs)
-            return cls(**kwargs)
+                return ActorError(cause_type, message, traceback, preempted=data["preempted"])
+            return cls(cause_type, message, traceback)
         except (KeyError, TypeError) as exc:
             raise EventDecodeError(
                 f"invalid failure record {data!r}: missing, unknown or mistyped field {exc}"

@@ -27,6 +27,7 @@ from statemachine.domain.machine import TransitionRecord, apply
 from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.state import TrialState
 from statemachine.exceptions import EventDecodeError, InvalidTransitionError, StateMachineError
+from statemachine.log.bulk import collector_paused
 from statemachine.log.records import StoredEvent
 from statemachine.log.store import EventStore
 
@@ -123,7 +124,8 @@ def replay_experiment(
     or time: the experiment as it was then.
     """
     if not keep_steps:
-        return _replay_lean(store, experiment, upto_position, upto_time, policy)
+        with collector_paused():
+            return _replay_lean(store, experiment, upto_position, upto_time, policy)
     replays: dict[str, TrialReplay] = {}
     for item in store.read_experiment(experiment, upto_time=upto_time):
         if upto_position is not None and item.position > upto_position:
@@ -223,13 +225,14 @@ def rehydrate(store: EventStore, experiment: str) -> dict[str, TrialState]:
     is ignored (one warning) and its trial folded from all its events. An event that does not
     fold raises, since a live log must fold.
     """
-    loaded = store.load_snapshot_set(experiment)
-    states = loaded.states
-    for item in store.read_tails(experiment, refold=loaded.unusable):
-        state = states.get(item.trial_id)
-        if state is None:
-            state = states[item.trial_id] = TrialState(item.trial_id)
-        apply_compiled(state, item.event)
+    with collector_paused():
+        loaded = store.load_snapshot_set(experiment)
+        states = loaded.states
+        for item in store.read_tails(experiment, refold=loaded.unusable):
+            state = states.get(item.trial_id)
+            if state is None:
+                state = states[item.trial_id] = TrialState(item.trial_id)
+            apply_compiled(state, item.event)
     return states
 
 

@@ -17,6 +17,7 @@ from sqlalchemy import Integer, bindparam, func, select
 from statemachine.domain.state import TrialState
 from statemachine.exceptions import EventDecodeError, FencedError, StoreError
 from statemachine.log.appends import WriteChecks
+from statemachine.log.bulk import collector_paused
 from statemachine.log.engine import Prepared, translated
 from statemachine.log.mapper import EVENT_COLUMNS, stored_event
 from statemachine.log.queries import chunks
@@ -124,11 +125,12 @@ class SnapshotTable:
                 cursor.close()
         states: dict[str, TrialState] = {}
         unusable: dict[str, str] = {}
-        for trial_id, text in rows:
-            try:
-                states[trial_id] = decode_state(text, trial_id)
-            except EventDecodeError as exc:
-                unusable[trial_id] = str(exc)
+        with collector_paused():
+            for trial_id, text in rows:
+                try:
+                    states[trial_id] = decode_state(text, trial_id)
+                except EventDecodeError as exc:
+                    unusable[trial_id] = str(exc)
         if unusable:
             first = next(iter(unusable.values()))
             logger.warning(
