@@ -45,14 +45,19 @@ class Figures:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def cli_verify(url: str, experiment: str) -> dict[str, Any]:
-    """``trial-replay --db URL verify --json -- EXP``: exit code, and its JSON."""
+def run_cli(*args: str | Path, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """``trial-replay ARGS`` in-process: (exit code, stdout, stderr)."""
     from statemachine.cli import cli
 
-    result = CliRunner().invoke(cli, ["--db", url, "verify", "--json", "--", experiment],
-                                catch_exceptions=False)
-    data = json.loads(result.stdout) if result.stdout.strip() else {}
-    return {"exit_code": result.exit_code, "json": data, "stderr": result.stderr}
+    result = CliRunner().invoke(cli, [str(a) for a in args], env=env, catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def cli_verify(url: str, experiment: str) -> dict[str, Any]:
+    """``trial-replay --db URL verify --json -- EXP``: exit code, and its JSON."""
+    code, out, err = run_cli("--db", url, "verify", "--json", "--", experiment)
+    data = json.loads(out) if out.strip() else {}
+    return {"exit_code": code, "json": data, "stderr": err}
 
 
 @dataclass

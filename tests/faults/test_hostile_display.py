@@ -31,13 +31,12 @@ from typing import Any
 
 import click
 import pytest
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 
 from statemachine.cli import cli
 from tests.cli.conftest import FIXTURE
 from tests.domain.domain_strategies import hostile_text
-from tests.faults.faultkit import Figures, read_log
+from tests.faults.faultkit import Figures, read_log, run_cli
 
 pytestmark = [pytest.mark.faults]
 
@@ -54,12 +53,6 @@ MESSAGE = ("could not open [/mnt/ckpt] [bold]loud[/bold] [rank0] "
            "[link=https://evil.example]click[/link] \x1b]8;;https://evil.example\x07here"
            "\x1b]8;;\x07 \x1b[2J\x1b[31mred\x07 \x9b31m shard-\udcff.bin \u202eevil")
 CHECKPOINT = "/mnt/ckpt/[rank0]/\x1b[2J/\udcff/checkpoint_000001"
-
-
-def run_cli(*args: str | Path, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    """``trial-replay ARGS`` in-process: (exit code, stdout, stderr)."""
-    result = CliRunner().invoke(cli, [str(a) for a in args], env=env, catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
 
 
 def record_hostile(url: str, experiment: str, trial_id: str, message: str,

@@ -33,7 +33,7 @@ from statemachine.domain.events import EVENT_TYPES, decode_event, encode_event
 from statemachine.exceptions import StateMachineError
 from tests.cli.conftest import FIXTURE, folder_state
 from tests.domain.domain_strategies import hostile_text
-from tests.faults.faultkit import Figures, check_log, read_log
+from tests.faults.faultkit import Figures, check_log, read_log, run_cli
 
 pytestmark = [pytest.mark.faults]
 
@@ -51,12 +51,6 @@ HOSTILE_NAMES = [
     "-rf --help",
     " leading and trailing ",
 ]
-
-
-def run_cli(*args: str | Path) -> tuple[int, str, str]:
-    """``trial-replay ARGS`` in-process: (exit code, stdout, stderr)."""
-    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-    return result.exit_code, result.stdout, result.stderr
 
 
 # ------------------------------------------------------------------ hostile names
