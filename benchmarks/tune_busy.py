@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import Context, Stat
-from benchmarks.tune_overhead import local_ray
+from benchmarks.tune_overhead import check_outcome, local_ray
 
 ITERS = 50
 FAIL_AT = 25
@@ -122,8 +122,6 @@ def one_run(ctx: Context, trials: int, with_callback: bool) -> dict[str, Any]:
     """One ``Tuner.fit()``: wall seconds, results, hook call times; checks the outcome."""
     from ray import tune
 
-    from statemachine import EventStore, Status
-    from statemachine.log import rehydrate
     from statemachine.tune import CheckpointConfig, EventLogCallback, FailureConfig, RunConfig
 
     run_dir = ctx.workdir / f"busy-{uuid.uuid4().hex[:8]}"
@@ -151,31 +149,23 @@ def one_run(ctx: Context, trials: int, with_callback: bool) -> dict[str, Any]:
     start = time.perf_counter()
     grid = tuner.fit()
     elapsed = time.perf_counter() - start
-    errors = [r.error for r in grid if r.error]
-    if errors or len(grid) != trials:
-        raise AssertionError(f"the experiment did not finish cleanly: {errors[:1]}")
+    expected = sum(1 for i in range(trials) if fails(i)) + sum(
+        1 for i in range(trials) if fails_restore(i))
+
+    def read(store: Any, experiment: str) -> tuple[int, int]:
+        events = sum(e.events for e in store.list_experiments())
+        checkpoints = sum(
+            1 for row in store.read_fold_rows(experiment) if row[3] == "CheckpointSaved"
+        )
+        return events, checkpoints
+
     events = 0
     if callback is not None:
-        if callback.events_unwritten or callback.hook_errors:
-            raise AssertionError(f"callback summary: {callback.summary()}")
-        with EventStore.open(url, create=False) as store:
-            (experiment,) = [e.name for e in store.list_experiments()]
-            states = rehydrate(store, experiment)
-            events = sum(e.events for e in store.list_experiments())
-            checkpoints = sum(
-                1 for row in store.read_fold_rows(experiment) if row[3] == "CheckpointSaved"
-            )
-        ended = [s.status for s in states.values()]
-        if len(ended) != trials or any(s is not Status.TERMINATED for s in ended):
-            raise AssertionError(f"log states: {ended}")
-        failures = sum(s.failures for s in states.values())
-        # Ray's default policy has no restore retry: a failed restore counts as a failure too.
-        expected = sum(1 for i in range(trials) if fails(i)) + sum(
-            1 for i in range(trials) if fails_restore(i))
-        if failures != expected:
-            raise AssertionError(f"expected {expected} counted failures, log has {failures}")
+        events, checkpoints = check_outcome(grid, trials, callback, url, expected, read)
         if checkpoints < trials * ITERS:
             raise AssertionError(f"{checkpoints} checkpoint events for {trials} x {ITERS}")
+    else:
+        check_outcome(grid, trials, None, url, expected)
     return {"wall": elapsed, "results": counter.results, "calls": calls, "events": events}
 
 

@@ -14,7 +14,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -68,8 +68,6 @@ def one_run(ctx: Context, trials: int, with_callback: bool) -> float:
     """Seconds of ``Tuner.fit()``; checks the outcome."""
     from ray import tune
 
-    from statemachine import EventStore, Status
-    from statemachine.log import rehydrate
     from statemachine.tune import CheckpointConfig, EventLogCallback, FailureConfig, RunConfig
 
     run_dir = ctx.workdir / f"tune-{uuid.uuid4().hex[:8]}"
@@ -90,25 +88,41 @@ def one_run(ctx: Context, trials: int, with_callback: bool) -> float:
     start = time.perf_counter()
     grid = tuner.fit()
     elapsed = time.perf_counter() - start
+    expected = sum(1 for i in range(trials) if i % 2 == 1) + sum(
+        1 for i in range(trials) if i % 4 == 1)
+    check_outcome(grid, trials, callback, url, expected)
+    return elapsed
+
+
+def check_outcome(
+    grid: Any, trials: int, callback: Any, url: str, expected_failures: int,
+    read: Callable[[Any, str], Any] | None = None,
+) -> Any:
+    """Raise unless the run finished cleanly and, with the callback, the log agrees: nothing
+    unwritten, every trial TERMINATED, ``expected_failures`` counted (Ray's default policy
+    has no restore retry, so a failed restore counts too). Returns ``read(store, experiment)``
+    on the log, if given."""
+    from statemachine import EventStore, Status
+    from statemachine.log import rehydrate
+
     errors = [r.error for r in grid if r.error]
     if errors or len(grid) != trials:
         raise AssertionError(f"the experiment did not finish cleanly: {errors[:1]}")
-    if callback is not None:
-        if callback.events_unwritten or callback.hook_errors:
-            raise AssertionError(f"callback summary: {callback.summary()}")
-        with EventStore.open(url, create=False) as store:
-            (experiment,) = [e.name for e in store.list_experiments()]
-            states = rehydrate(store, experiment)
-        ended = [s.status for s in states.values()]
-        if len(ended) != trials or any(s is not Status.TERMINATED for s in ended):
-            raise AssertionError(f"log states: {ended}")
-        failures = sum(s.failures for s in states.values())
-        # Ray's default policy has no restore retry: a failed restore counts as a failure too.
-        expected = sum(1 for i in range(trials) if i % 2 == 1) + sum(
-            1 for i in range(trials) if i % 4 == 1)
-        if failures != expected:
-            raise AssertionError(f"expected {expected} counted failures, log has {failures}")
-    return elapsed
+    if callback is None:
+        return None
+    if callback.events_unwritten or callback.hook_errors:
+        raise AssertionError(f"callback summary: {callback.summary()}")
+    with EventStore.open(url, create=False) as store:
+        (experiment,) = [e.name for e in store.list_experiments()]
+        states = rehydrate(store, experiment)
+        extra = read(store, experiment) if read is not None else None
+    ended = [s.status for s in states.values()]
+    if len(ended) != trials or any(s is not Status.TERMINATED for s in ended):
+        raise AssertionError(f"log states: {ended}")
+    failures = sum(s.failures for s in states.values())
+    if failures != expected_failures:
+        raise AssertionError(f"expected {expected_failures} counted failures, log has {failures}")
+    return extra
 
 
 @contextmanager
