@@ -159,13 +159,12 @@ def one_run(ctx: Context, trials: int, with_callback: bool) -> dict[str, Any]:
         )
         return events, checkpoints
 
+    found = check_outcome(grid, trials, callback, url, expected, read)  # None: no callback
     events = 0
-    if callback is not None:
-        events, checkpoints = check_outcome(grid, trials, callback, url, expected, read)
+    if found is not None:
+        events, checkpoints = found
         if checkpoints < trials * ITERS:
             raise AssertionError(f"{checkpoints} checkpoint events for {trials} x {ITERS}")
-    else:
-        check_outcome(grid, trials, None, url, expected)
     return {"wall": elapsed, "results": counter.results, "calls": calls, "events": events}
 
 

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.faults.faultkit import REPO
-from tests.tune.tunekit import assert_log_matches_ray, stored_events
+from tests.tune.tunekit import REPO, assert_log_matches_ray, stored_events
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
