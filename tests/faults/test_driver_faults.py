@@ -83,6 +83,26 @@ def restorable(experiment: Path) -> bool:
     return any(experiment.glob("experiment_state*.json"))
 
 
+def set_aside_torn_state(experiment: Path) -> str | None:
+    """Rename Ray's newest experiment state away if a kill left it torn; its name, or None.
+
+    Ray rewrites ``experiment_state-*.json`` in place (truncate, then write), so a SIGKILL in
+    that moment leaves it empty and ``Tuner.restore`` then restarts the experiment from
+    nothing. What a user does (docs/tune.md, "Killed drivers: a torn experiment state"): move
+    the torn file away, so Ray restores from the newest intact one; the log's counts then
+    replace Ray's older ones.
+    """
+    states = sorted(experiment.glob("experiment_state-*.json"))
+    if not states:
+        return None
+    try:
+        json.loads(states[-1].read_text())
+    except ValueError:
+        states[-1].rename(states[-1].with_name(states[-1].name + ".torn"))
+        return states[-1].name
+    return None
+
+
 def sessions_of(db: Path, experiment: str) -> int:
     """How many driver sessions the log holds for ``experiment`` (0 before it exists)."""
     from statemachine.exceptions import StoreError
@@ -110,6 +130,7 @@ def test_kill_minus_nine_loop(tmp_path: Path, reliability: Callable[[Figures], N
     driver: Driver | None = None
     try:
         for k in range(KILLS):
+            torn = set_aside_torn_state(storage / name) if k else None
             driver = Driver("fit" if k == 0 else "restore", storage, name, config, 2,
                             tmp_path / f"out-{k}.json", log)
             # A step whose next iteration does not fail: even a kill that comes late (a
@@ -125,6 +146,10 @@ def test_kill_minus_nine_loop(tmp_path: Path, reliability: Callable[[Figures], N
             assert driver.alive(), f"the run ended before kill {k + 1}:\n{driver.tail()}"
             driver.kill()
             kills.append({"after_beats": beats(ctl), "delay_s": round(delay, 3)})
+            if torn:
+                kills[-2]["tore_rays_state"] = torn
+        if torn := set_aside_torn_state(storage / name):
+            kills[-1]["tore_rays_state"] = torn
         driver = Driver("restore", storage, name, config, 2, tmp_path / "out-final.json", log)
         result = driver.finish(timeout=240)
     finally:
