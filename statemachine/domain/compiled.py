@@ -62,6 +62,9 @@ def compile_machine(machine: Machine = MACHINE) -> dict[tuple[str, Status], tupl
 
 
 TABLE = compile_machine()
+#: ``TransitionRecord._make``: a record from its fields in order (without the keyword
+#: handling of the named tuple's constructor; one is made per recorded event).
+_record = TransitionRecord._make
 
 
 def _fire(branches: tuple[_Branch, ...], ed: _EventData, state: TrialState) -> bool:
@@ -93,7 +96,7 @@ def apply_compiled(
         branches, _EventData(state, {"event": event, "policy": policy or state.policy}), state
     ):
         failed = isinstance(event, TrialFailed)
-        return TransitionRecord(
+        return _record((
             state.trial_id,
             event.type_name,
             before,
@@ -101,7 +104,7 @@ def apply_compiled(
             state.last_decision if failed else None,
             state.counters,
             event.error if failed else None,  # type: ignore[attr-defined]
-        )
+        ))
     raise InvalidTransitionError(state.trial_id, before.value, event.type_name)
 
 

@@ -27,6 +27,9 @@ class Counters(NamedTuple):
     """Preemptions not counted as failures."""
 
 
+_counters = Counters._make
+
+
 @dataclass(slots=True)
 class TrialState:
     """The state of one trial, as folded from its events.
@@ -69,8 +72,8 @@ class TrialState:
     @property
     def counters(self) -> Counters:
         """The four failure counters."""
-        return Counters(
-            self.failures, self.restore_failures, self.total_restore_failures, self.preemptions
+        return _counters(
+            (self.failures, self.restore_failures, self.total_restore_failures, self.preemptions)
         )
 
     @property

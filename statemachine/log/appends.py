@@ -9,17 +9,32 @@ rows are returned), a fenced session, or a sequence conflict.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from sqlalchemy import Connection, Insert, Integer, bindparam, func, insert, literal_column, select
 from sqlalchemy.exc import IntegrityError
 
 from statemachine.exceptions import ConcurrencyError, FencedError
 from statemachine.log.engine import Prepared, translated
-from statemachine.log.mapper import EVENT_COLUMNS, INSERTED, event_row, inserted_event, stored_event
+from statemachine.log.mapper import (
+    EVENT_COLUMNS,
+    INSERTED,
+    event_row,
+    event_values,
+    inserted_event,
+    stored_event,
+)
 from statemachine.log.queries import chunks, last_seqs
-from statemachine.log.records import AppendRequest, DriverSession, StoredEvent, new_event_id, utcnow
+from statemachine.log.records import (
+    AppendRequest,
+    DriverSession,
+    StoredEvent,
+    new_event_id,
+    new_event_ids,
+    utcnow,
+)
 from statemachine.log.schema import events, experiments
 
 if TYPE_CHECKING:
@@ -63,7 +78,9 @@ class WriteChecks:
         if grouped is not None:
             for chunk in chunks(sorted(trials)):
                 grouped.run(cursor, {"experiment_id": experiment_id, "trials": chunk})
-                found.update((trial, int(seq)) for trial, seq in cursor.fetchall())
+                found.update(
+                    (trial, int(seq)) for trial, seq in cursor.fetchall() if seq is not None
+                )
             return found
         for chunk in chunks(sorted(trials), _CHUNK):
             size = 1 << (len(chunk) - 1).bit_length()
@@ -102,20 +119,18 @@ class Appends:
     def __init__(self, db: Connections) -> None:
         self._db = db
         dialect = db.engine.dialect
-        self._append_one = Prepared(self._append_statement(), dialect)
-        self._insert_many = Prepared(
-            db.backend.appended(
-                insert(events).values(
-                    {name: bindparam(name, type_=events.c[name].type) for name in INSERTED}
-                )
-            ),
-            dialect,
+        values = {name: bindparam(name, type_=events.c[name].type) for name in INSERTED}
+        self._append_one = Prepared(
+            self._append_statement(), dialect, fields=[*INSERTED, "expected_seq"]
         )
-        self._plain_insert = Prepared(
-            insert(events).values(
-                {name: bindparam(name, type_=events.c[name].type) for name in INSERTED}
-            ),
-            dialect,
+        self._insert_many = Prepared(
+            db.backend.appended(insert(events).values(values)), dialect, fields=INSERTED
+        )
+        self._plain_insert = Prepared(insert(events).values(values), dialect, fields=INSERTED)
+        assert self._insert_many.in_order and self._plain_insert.in_order  # rows go as built
+        #: The one processed value of an inserted row (SQLite writes datetimes as text).
+        self._stamp: Callable[[datetime], Any] = (
+            self._plain_insert.processor("recorded_at") or _unprocessed
         )
         self.checks = WriteChecks(db)
 
@@ -148,35 +163,62 @@ class Appends:
         statement = insert(events).from_select([events.c[name] for name in INSERTED], source)
         return self._db.backend.appended(statement)
 
-    def append(self, session: DriverSession, request: AppendRequest) -> StoredEvent:
-        """Append one event durably (see :meth:`EventStore.append`)."""
+    @overload
+    def append(
+        self, session: DriverSession, request: AppendRequest, *, returning: Literal[True] = ...
+    ) -> StoredEvent: ...
+
+    @overload
+    def append(
+        self, session: DriverSession, request: AppendRequest, *, returning: bool
+    ) -> StoredEvent | None: ...
+
+    def append(
+        self, session: DriverSession, request: AppendRequest, *, returning: bool = True
+    ) -> StoredEvent | None:
+        """Append one event durably (see :meth:`EventStore.append`): one statement.
+
+        ``returning=False``: the same, without building the stored record (``None``) when
+        the event is new.
+        """
         db = self._db
-        row = event_row(session, request, request.event_id or new_event_id(), utcnow())
+        values = event_values(session, request, request.event_id or new_event_id())
         with db.lock, translated("appending an event", db.url):
             try:
-                with db.raw_write() as cursor:
+                with db.raw_write(one_statement=True) as cursor:
                     # Stamped under the write lock: times follow commit order, and an event
                     # of a fenced epoch is always stamped before the newer session began.
-                    row["recorded_at"] = utcnow()
-                    self._append_one.run(cursor, {**row, "expected_seq": request.expected_seq})
+                    now = utcnow()
+                    cursor.execute(
+                        self._append_one.sql,
+                        self._append_one.params((*values, now, request.expected_seq)),
+                    )
                     position = db.backend.inserted_position(cursor)
                 if position is not None:
-                    return inserted_event(row, position, session.experiment)
+                    return inserted_event(values, now, position, session.experiment) if (
+                        returning
+                    ) else None
             except IntegrityError:
                 pass  # a concurrent writer won the race for this seq or event id
             # Nothing inserted: an idempotent retry, a fenced session or a seq conflict.
             with db.write() as conn:
-                return self.diagnose(conn, session, [row])[0]
+                return self.diagnose(conn, session, [event_row(values, utcnow())])[0]
 
     def append_batch(
         self, session: DriverSession, requests: Sequence[AppendRequest], *, returning: bool = True
     ) -> list[StoredEvent]:
-        """Append many events in one transaction (see :meth:`EventStore.append_batch`)."""
+        """Append many events in one transaction (see :meth:`EventStore.append_batch`).
+
+        One request is :meth:`append`'s one statement.
+        """
         if not requests:
             return []
+        if len(requests) == 1:
+            stored = self.append(session, requests[0], returning=returning)
+            return [stored] if stored is not None else []
         db = self._db
-        now = utcnow()
-        rows = [event_row(session, r, r.event_id or new_event_id(), now) for r in requests]
+        missing = iter(new_event_ids(sum(1 for r in requests if r.event_id is None)))
+        rows = [event_values(session, r, r.event_id or next(missing)) for r in requests]
         with db.lock, translated("appending a batch of events", db.url):
             try:
                 with db.raw_write() as cursor:
@@ -187,26 +229,25 @@ class Appends:
                     positions: list[int] | None = None
                     if epoch == session.epoch and _chained(requests, last):
                         now = utcnow()  # under the lock, as in append()
-                        for row in rows:
-                            row["recorded_at"] = now
+                        stamp = (self._stamp(now),)
+                        params = [row + stamp for row in rows]
                         if returning:
                             positions = db.backend.insert_many(
-                                cursor, self._insert_many.sql, self._insert_many.many_params(rows)
+                                cursor, self._insert_many.sql, params
                             )
                         else:
-                            plain = self._plain_insert
-                            cursor.executemany(plain.sql, plain.many_params(rows))
+                            cursor.executemany(self._plain_insert.sql, params)
                             positions = []
                 if positions is not None:
                     experiment = session.experiment
                     return [
-                        inserted_event(row, position, experiment)
+                        inserted_event(row, now, position, experiment)
                         for row, position in zip(rows, positions, strict=returning)
                     ]
             except IntegrityError:
                 pass
             with db.write() as conn:
-                return self.diagnose(conn, session, rows)
+                return self.diagnose(conn, session, [event_row(row, utcnow()) for row in rows])
 
     def diagnose(
         self, conn: Connection, session: DriverSession, rows: list[dict[str, Any]]
@@ -266,6 +307,10 @@ class Appends:
             rows[0]["seq"] - 1,
             rows[0]["seq"],
         )
+
+
+def _unprocessed(value: datetime) -> datetime:
+    return value
 
 
 def _chained(requests: Sequence[AppendRequest], last: dict[str, int]) -> bool:

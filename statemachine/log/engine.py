@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import operator
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Dialect, Engine, Executable, create_engine
-from sqlalchemy.engine import URL, Connection, CursorResult, make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DataError, DBAPIError, SQLAlchemyError
 
 from statemachine.distribution import install_hint
@@ -79,7 +79,9 @@ def make_engine(
     creator = None if writable else backend.read_only_creator(parsed)
     extra: dict[str, Any] = {"creator": creator} if creator is not None else {}
     try:
-        engine = create_engine(parsed, pool_pre_ping=backend.pool_pre_ping, **extra)
+        engine = create_engine(
+            parsed, pool_pre_ping=backend.pool_pre_ping, paramstyle=backend.paramstyle, **extra
+        )
     except ImportError as exc:
         raise StoreError(_missing_driver(parsed, exc)) from exc
     except SQLAlchemyError as exc:
@@ -135,83 +137,75 @@ def translated(what: str, url: str) -> Iterator[None]:
 
 
 class Prepared:
-    """A Core statement compiled once for one dialect, for statements run per event.
+    """A Core statement compiled once for one dialect, run on the DBAPI cursor (the hot path).
 
     ``Connection.execute(statement)`` walks the statement on every call to find its compiled
     form in the cache, and builds every parameter set through the compiler; for the append
     statement that costs as much as SQLite's insert itself. This keeps SQLAlchemy's compiled
-    SQL and bind processors and runs them through ``Connection.exec_driver_sql``, inside the
-    caller's SQLAlchemy transaction. Every bind parameter must be given by name.
+    SQL and bind processors and hands the driver a positional parameter tuple (every
+    supported backend compiles positionally: :attr:`Backend.paramstyle
+    <statemachine.log.dialect.Backend.paramstyle>`).
+
+    ``fields``: the statement's values come as tuples in this order (one entry per bind
+    name; a name the statement binds twice is given once); without it, as dicts by bind
+    name. Either way the parameters are taken from the values in C (``itemgetter``) and only
+    the few values with a bind processor (SQLite's datetimes) are processed in Python.
     """
 
-    def __init__(self, statement: Executable, dialect: Dialect) -> None:
+    def __init__(
+        self, statement: Executable, dialect: Dialect, fields: Sequence[str] | None = None
+    ) -> None:
         compiled = statement.compile(dialect=dialect)  # type: ignore[attr-defined]
+        if not compiled.positional:
+            raise TypeError(f"{dialect.name} must compile positionally (see Backend.paramstyle)")
         self.sql: str = compiled.string
-        self._names: tuple[str, ...] = (
-            tuple(compiled.positiontup) if compiled.positional else tuple(compiled.binds)
-        )
-        self._positional: bool = compiled.positional
-        self._processors = {
+        #: The bind name of each positional parameter, in the statement's order.
+        self.names: tuple[str, ...] = tuple(compiled.positiontup)
+        processors = {
             name: processor
             for name, bind in compiled.binds.items()
             if (processor := bind.type.dialect_impl(dialect).bind_processor(dialect))
         }
-        # The parameter set is taken from the values in C (itemgetter); the few values with
-        # a bind processor (SQLite's datetimes) are then replaced by position.
-        self._get = operator.itemgetter(*self._names) if len(self._names) > 1 else None
+        self._processors: dict[str, Callable[[Any], Any]] = processors
+        keys: Sequence[Any] = (
+            self.names if fields is None else [list(fields).index(n) for n in self.names]
+        )
+        #: The values are the parameters as they are (tuples in the statement's order).
+        self.in_order = fields is not None and tuple(fields) == self.names
+        self._get = _getter(keys)
         self._processed = tuple(
-            (i, self._processors[n]) for i, n in enumerate(self._names) if n in self._processors
+            (i, processors[n]) for i, n in enumerate(self.names) if n in processors
         )
 
-    def params(self, values: dict[str, Any]) -> tuple[Any, ...] | dict[str, Any]:
-        """The driver's parameters for one set of ``values`` (by bind name)."""
-        processors = self._processors
-        if not self._positional:
-            if not processors:
-                return values  # the driver looks the names up (extra keys are ignored)
-            return {
-                n: processors[n](values[n]) if n in processors else values[n]
-                for n in self._names
-            }
-        if self._get is None:
-            return tuple(
-                processors[n](values[n]) if n in processors else values[n] for n in self._names
-            )
-        found = self._get(values)
+    def processor(self, name: str) -> Callable[[Any], Any] | None:
+        """The bind processor of parameter ``name`` (``None``: the driver takes the value)."""
+        return self._processors.get(name)
+
+    def params(self, values: Any) -> tuple[Any, ...]:
+        """The driver's parameters for one set of ``values``."""
+        found: tuple[Any, ...] = self._get(values)
         if not self._processed:
-            return found  # type: ignore[no-any-return]
+            return found
         items = list(found)
         for i, processor in self._processed:
             items[i] = processor(items[i])
         return tuple(items)
 
-    def execute(self, conn: Connection, values: dict[str, Any]) -> CursorResult[Any]:
-        """Run the statement once with ``values`` on ``conn``."""
-        return conn.exec_driver_sql(self.sql, self.params(values))
-
-    def run(self, cursor: Any, values: dict[str, Any]) -> Any:
-        """Run the statement once with ``values`` on a DBAPI cursor (the hot path)."""
+    def run(self, cursor: Any, values: Any) -> Any:
+        """Run the statement once with ``values`` on a DBAPI cursor."""
         return cursor.execute(self.sql, self.params(values))
 
-    def execute_many(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
-        """Run the statement for every row (the driver's ``executemany``) on ``conn``."""
-        conn.exec_driver_sql(self.sql, self.many_params(rows))
-
-    def many_params(self, rows: list[dict[str, Any]]) -> list[Any]:
+    def many_params(self, rows: Sequence[Any]) -> list[tuple[Any, ...]]:
         """The driver's parameter sets for ``rows`` (an ``executemany``).
 
         A value shared by consecutive rows (a batch's one timestamp) is processed once.
         """
-        if not self._positional and not self._processors:
-            return rows
-        if not self._positional or self._get is None:
-            return [self.params(row) for row in rows]
         get = self._get
         found = [get(row) for row in rows]
         if not self._processed:
             return found
         memo: dict[int, tuple[Any, Any]] = {}
-        params: list[Any] = []
+        params: list[tuple[Any, ...]] = []
         for values in found:
             items = list(values)
             for i, processor in self._processed:
@@ -222,3 +216,13 @@ class Prepared:
                 items[i] = seen[1]
             params.append(tuple(items))
         return params
+
+
+def _getter(keys: Sequence[Any]) -> Callable[[Any], tuple[Any, ...]]:
+    """``values -> tuple(values[k] for k in keys)``, in C where it can be."""
+    if len(keys) > 1:
+        return operator.itemgetter(*keys)
+    if len(keys) == 1:
+        key = keys[0]
+        return lambda values: (values[key],)
+    return lambda values: ()

@@ -33,6 +33,8 @@ from statemachine.log.replay import fold_stored, rehydrate
 from statemachine.log.store import EventStore
 
 logger = logging.getLogger(__name__)
+#: ``AppendRequest._make``: one is made per recorded event.
+_request = AppendRequest._make
 
 
 class ExperimentLog:
@@ -140,8 +142,7 @@ class ExperimentLog:
 
     def preview(self, trial_id: str, event: Event) -> TransitionRecord:
         """What recording ``event`` would do (the decision), without writing or changing it."""
-        _, requests = self._fold(trial_id, event, None, {})
-        return requests[-1].record  # type: ignore[return-value]
+        return self._fold(trial_id, event, None, {}, [])
 
     # ------------------------------------------------------------ recording
 
@@ -151,21 +152,29 @@ class ExperimentLog:
         event: Event,
         event_id: str | None,
         pending: dict[str, TrialState],
-    ) -> tuple[TrialState, list[AppendRequest]]:
-        """Fold ``event`` on a copy of the trial's state; the requests that would append it."""
+        requests: list[AppendRequest],
+    ) -> TransitionRecord:
+        """Fold ``event`` on the trial's working copy in ``pending`` (made from its state on
+        first use); add the requests that append it to ``requests``; return what it did."""
         work = pending.get(trial_id)
         if work is None:
             current = self._states.get(trial_id)
-            work = current.copy() if current is not None else TrialState(trial_id)
+            work = pending[trial_id] = (
+                current.copy() if current is not None else TrialState(trial_id)
+            )
         event_id = event_id or new_event_id()
-        requests: list[AppendRequest] = []
+        if work.policy is self.policy:  # the common case: with_policy would say [event]
+            record = apply_compiled(work, event)
+            requests.append(_request((trial_id, event, work.seq - 1, record, event_id)))
+            return record
         for e in with_policy(event, work.policy, self.policy):
             # The PolicySet written for an event gets that event's id + "/p": a retry of the
             # event retries both, idempotently.
             e_id = event_id if e is event else event_id + "/p"
             seq = work.seq
-            requests.append(AppendRequest(trial_id, e, seq, apply_compiled(work, e), e_id))
-        return work, requests
+            record = apply_compiled(work, e)
+            requests.append(_request((trial_id, e, seq, record, e_id)))
+        return record
 
     def record(
         self, trial_id: str, event: Event, *, event_id: str | None = None
@@ -177,7 +186,8 @@ class ExperimentLog:
         cases nothing is written and the state is unchanged. Retrying with the same
         ``event_id`` after an error whose outcome is unknown is safe (idempotent).
         """
-        return self.record_many([(trial_id, event)], event_ids=[event_id])[0]
+        with self._lock:
+            return self._record_many(((trial_id, event),), (event_id,))[0]
 
     def record_many(
         self,
@@ -206,25 +216,15 @@ class ExperimentLog:
             )
         pending: dict[str, TrialState] = {}
         requests: list[AppendRequest] = []
-        results: list[TransitionRecord] = []
-        for (trial_id, event), event_id in zip(items, ids, strict=True):
-            work, reqs = self._fold(trial_id, event, event_id, pending)
-            pending[trial_id] = work
-            requests += reqs
-            results.append(reqs[-1].record)  # type: ignore[arg-type]
+        fold = self._fold
+        results = [
+            fold(trial_id, event, event_id, pending, requests)
+            for (trial_id, event), event_id in zip(items, ids, strict=True)
+        ]
         try:
-            if len(requests) == 1:
-                r = requests[0]
-                self.store.append(
-                    self.session,
-                    r.trial_id,
-                    r.event,
-                    expected_seq=r.expected_seq,
-                    record=r.record,
-                    event_id=r.event_id,
-                )
-            else:
-                self.store.append_batch(self.session, requests, returning=False)
+            # One request is one fenced statement; more are one transaction. No stored
+            # records are built: the states and the transition records are the answer.
+            self.store.append_batch(self.session, requests, returning=False)
         except ConcurrencyError:
             # Our view of a trial is behind the log (an earlier append committed although it
             # reported an error): catch up from the log so the next record works, then say so.

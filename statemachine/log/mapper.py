@@ -11,9 +11,10 @@ import functools
 from datetime import datetime
 from typing import Any
 
-from statemachine.domain.events import TrialFailed, encode_event
+from statemachine.domain.events import TrialFailed
 from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.state import Counters
+from statemachine.log.payloads import payload_json
 from statemachine.log.records import (
     UNREADABLE_TIME,
     AppendRequest,
@@ -46,8 +47,12 @@ EVENT_COLUMNS = (
     events.c.event_id,
     events.c.recorded_at,
 )
-#: The columns an append writes (every column but the position, which the database assigns).
-INSERTED = [c.name for c in EVENT_COLUMNS if c.name != "position"] + ["experiment_id"]
+#: The columns an append writes (every column but the position, which the database
+#: assigns), in the order of :func:`event_values` and then ``recorded_at``, which is stamped
+#: under the write lock.
+INSERTED = ["experiment_id"] + [
+    c.name for c in EVENT_COLUMNS if c.name not in ("position", "recorded_at")
+] + ["recorded_at"]
 
 #: Columns of ``events`` a bulk fold reads (:meth:`EventStore.read_fold_rows`).
 FOLD_COLUMNS = (*EVENT_COLUMNS[:6], events.c.counters)
@@ -79,45 +84,70 @@ def _storable_trial_id(trial_id: str) -> str:
     return check_storable(trial_id, "trial id")
 
 
-def event_row(
-    session: DriverSession, request: AppendRequest, event_id: str, recorded_at: datetime
-) -> dict[str, Any]:
-    """The ``events`` row (:data:`INSERTED` columns) that appends ``request``."""
-    type_name, version, payload = encode_event(request.event)
+def event_values(session: DriverSession, request: AppendRequest, event_id: str) -> EventValues:
+    """The values of the ``events`` row that appends ``request``: :data:`INSERTED` but the
+    last, ``recorded_at`` (the append stamps it under its write lock)."""
+    event = request.event
     record = request.record
-    error = record.error if record is not None else None
-    if error is None and isinstance(request.event, TrialFailed):
-        error = request.event.error
-    return {
-        "experiment_id": session.experiment_id,
-        "trial_id": (
-            _storable_trial_id(request.trial_id)
-            if type(request.trial_id) is str
-            else check_storable(request.trial_id, "trial id")
+    trial_id = request.trial_id
+    if record is None:
+        error = event.error if isinstance(event, TrialFailed) else None
+        before = after = decision = counters = None
+    else:
+        error = record.error
+        if error is None and isinstance(event, TrialFailed):
+            error = event.error
+        # ``_value_``: the member's value as stored (``.value`` is a property, slower).
+        before = record.status_before._value_
+        after = record.status_after._value_
+        decision = record.decision._value_ if record.decision is not None else None
+        counters = _counters_json(record.counters)
+    return (
+        session.experiment_id,
+        _storable_trial_id(trial_id) if type(trial_id) is str else check_storable(
+            trial_id, "trial id"
         ),
-        "seq": request.expected_seq + 1,
-        "type_name": type_name,
-        "version": version,
-        "payload": dump_json(payload),
-        "error_type": error.kind if error is not None else None,
-        "status_before": record.status_before.value if record else None,
-        "status_after": record.status_after.value if record else None,
-        "decision": record.decision.value if record and record.decision else None,
-        "counters": _counters_json(record.counters) if record else None,
-        "epoch": session.epoch,
-        "event_id": check_storable(event_id, "event id", max_length=64),
-        "recorded_at": recorded_at,
-    }
+        request.expected_seq + 1,
+        event.type_name,
+        event.version,
+        payload_json(event),
+        error.kind if error is not None else None,
+        before,
+        after,
+        decision,
+        counters,
+        session.epoch,
+        event_id if _plain_id(event_id) else check_storable(event_id, "event id", max_length=64),
+    )
 
 
-def inserted_event(row: dict[str, Any], position: int, experiment: str) -> StoredEvent:
-    """The record of an :func:`event_row` once the database gave it ``position``."""
+def _plain_id(value: object) -> bool:
+    """``value`` is an ASCII identifier :func:`check_storable` would pass (an event id as the
+    log makes them): the check without its function call, for one id per event."""
+    return (
+        type(value) is str and 0 < len(value) <= 64 and value.isascii() and "\x00" not in value
+    )
+
+
+#: What :func:`event_values` returns (:data:`INSERTED` without ``recorded_at``).
+EventValues = tuple[
+    int, str, int, str, int, str, "str | None", "str | None", "str | None", "str | None",
+    "str | None", int, str,
+]  # fmt: skip
+
+
+def event_row(values: EventValues, recorded_at: datetime) -> dict[str, Any]:
+    """The row of :func:`event_values` by column name (for the rare paths that read it)."""
+    return dict(zip(INSERTED, (*values, recorded_at), strict=True))
+
+
+def inserted_event(
+    values: EventValues, recorded_at: datetime, position: int, experiment: str
+) -> StoredEvent:
+    """The record of an appended row once the database gave it ``position``."""
     return StoredEvent(
-        position, experiment, row["trial_id"], row["seq"], row["type_name"], row["version"],
-        row["payload"], row["error_type"], row["status_before"], row["status_after"],
-        row["decision"], row["counters"], row["epoch"], row["event_id"],
-        row["recorded_at"],
-    )  # fmt: skip
+        position, experiment, *values[1:], recorded_at,
+    )
 
 
 def session_info(row: Any, experiment: str) -> SessionInfo:

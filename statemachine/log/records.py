@@ -7,7 +7,7 @@ import os
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from statemachine.domain.events import Event, decode_event
 from statemachine.domain.machine import TransitionRecord
@@ -30,7 +30,11 @@ def dump_json(value: Any) -> str:
     written as the JSON escape ``\\udcff``, which ``json.loads`` turns back into the very
     same string. Lossless, readable, and valid JSON.
     """
-    text = _ENCODER.encode(value)  # json.dumps would build an encoder per call
+    return storable_json(_ENCODER.encode(value))  # json.dumps builds an encoder per call
+
+
+def storable_json(text: str) -> str:
+    """JSON ``text`` with each lone surrogate written as its escape (see :func:`dump_json`)."""
     if text.isascii():
         return text
     return _SURROGATE.sub(_escape_surrogate, text)
@@ -151,9 +155,11 @@ class DriverSession:
     started_at: datetime
 
 
-@dataclass(frozen=True, slots=True)
-class AppendRequest:
-    """One event to append: ``expected_seq`` is the trial's last sequence number (0: none)."""
+class AppendRequest(NamedTuple):
+    """One event to append: ``expected_seq`` is the trial's last sequence number (0: none).
+
+    A named tuple: the live log makes one per recorded event.
+    """
 
     trial_id: str
     event: Event

@@ -124,7 +124,7 @@ class Connections:
         return self._writer
 
     @contextlib.contextmanager
-    def raw_write(self) -> Iterator[Any]:
+    def raw_write(self, *, one_statement: bool = False) -> Iterator[Any]:
         """One write transaction run on the writer's DBAPI connection: the hot path.
 
         Yields the driver's cursor, for statements SQLAlchemy compiled once for this
@@ -134,22 +134,34 @@ class Connections:
         SQLAlchemy exception :meth:`write` would raise (``IntegrityError``, ``DataError``,
         ...), and a lost connection is invalidated as SQLAlchemy does, so error translation
         and reconnection are the same on both paths.
+
+        ``one_statement``: the block runs a single statement, which is then its own
+        transaction where the backend allows it (:attr:`Backend.statement_transactions
+        <statemachine.log.dialect.Backend.statement_transactions>`: PostgreSQL commits it
+        durably before the driver returns, with no ``BEGIN``/``COMMIT`` round trips).
         """
         writer = self._writer_connection()
         dialect = self.engine.dialect
+        backend = self.backend
         dbapi_error = dialect.loaded_dbapi.Error
         dbapi = writer.connection.dbapi_connection
         if dbapi is None:  # pragma: no cover - a connection just checked out always has one
             raise StoreError(f"no database connection to {describe(self.url)}")
+        alone = one_statement and backend.statement_transactions
         cursor = None
         try:
-            self.backend.begin(dbapi)
+            if alone:
+                backend.set_autocommit(dbapi, True)
+            else:
+                backend.begin(dbapi)
             cursor = dbapi.cursor()
             yield cursor
-            dbapi.commit()
+            if not alone:
+                dbapi.commit()
         except BaseException as exc:
-            with contextlib.suppress(Exception):
-                dbapi.rollback()
+            if not alone:
+                with contextlib.suppress(Exception):
+                    dbapi.rollback()
             if isinstance(exc, dbapi_error):
                 lost = bool(dialect.is_disconnect(exc, dbapi, cursor))
                 if lost:
@@ -163,6 +175,9 @@ class Connections:
             if cursor is not None:
                 with contextlib.suppress(Exception):
                     cursor.close()
+            if alone:
+                with contextlib.suppress(Exception):  # a lost connection was invalidated
+                    backend.set_autocommit(dbapi, False)
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:

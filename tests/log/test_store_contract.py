@@ -6,6 +6,7 @@ pattern of pyeventsourcing's per-backend recorder tests).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
@@ -206,6 +207,48 @@ class StoreContract:
         with pytest.raises(FencedError):
             store.append_batch(session, [AppendRequest("c", TrialAdded(), 0)], returning=False)
         assert store.append_batch(newer, [AppendRequest("c", TrialAdded(), 0)])[0].seq == 1
+
+    def test_a_new_session_waits_for_a_batch_whose_checks_passed(
+        self, store: EventStore, url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # Fencing: once a batch has checked the epoch it holds the experiment (PostgreSQL:
+        # FOR SHARE; SQLite: the write lock) until it commits, so a newer driver's session
+        # begins after it. A single append before the batch runs as its own statement
+        # (autocommit on PostgreSQL): the batch must still be one transaction.
+        session = store.start_session("exp", policy=POLICY)
+        store.append(session, "a", TrialAdded(), expected_seq=0)
+        with pytest.raises(ConcurrencyError):
+            store.append(session, "a", TrialAdded(), expected_seq=0)
+        newer: list[int] = []
+        other = EventStore.open(url)
+        checks = store._appends.checks  # white box: pause the batch between check and insert
+        last_seqs = checks.last_seqs
+
+        def paused(*args: object) -> dict[str, int]:
+            found = last_seqs(*args)  # type: ignore[arg-type]
+            taker = threading.Thread(
+                target=lambda: newer.append(other.start_session("exp", policy=POLICY).epoch)
+            )
+            taker.start()
+            taker.join(0.5)
+            waited.append(taker.is_alive())
+            takers.append(taker)
+            return found
+
+        waited: list[bool] = []
+        takers: list[threading.Thread] = []
+        monkeypatch.setattr(checks, "last_seqs", paused)
+        try:
+            batch = [AppendRequest("b", TrialAdded(), 0), AppendRequest("a", TrialStarted(), 1)]
+            stored = store.append_batch(session, batch)
+            for taker in takers:
+                taker.join(30)
+        finally:
+            other.close()
+        assert waited == [True], "the newer session did not wait for the batch in flight"
+        assert newer == [2] and {e.epoch for e in stored} == {1}
+        started = max(s.started_at for s in store.list_sessions("exp"))
+        assert all(e.recorded_at <= started for e in store.read_experiment("exp"))
 
     def test_retried_batch_is_idempotent(self, store: EventStore) -> None:
         session = store.start_session("exp", policy=POLICY)
