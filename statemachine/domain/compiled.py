@@ -10,6 +10,7 @@ automatically, and a property test proves both paths give equal states and recor
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
@@ -62,9 +63,10 @@ def compile_machine(machine: Machine = MACHINE) -> dict[tuple[str, Status], tupl
 
 
 TABLE = compile_machine()
-#: ``TransitionRecord._make``: a record from its fields in order (without the keyword
-#: handling of the named tuple's constructor; one is made per recorded event).
-_record = TransitionRecord._make
+#: A record from its fields in order: what the named tuple's constructor does, in C, without
+#: its keyword handling (one is made per recorded event).
+_record = functools.partial(tuple.__new__, TransitionRecord)
+_bare = object.__new__
 
 
 def _fire(branches: tuple[_Branch, ...], ed: _EventData, state: TrialState) -> bool:
@@ -87,24 +89,44 @@ def _fire(branches: tuple[_Branch, ...], ed: _EventData, state: TrialState) -> b
 
 
 def apply_compiled(
-    state: TrialState, event: Event, policy: RetryPolicy | None = None
+    state: TrialState,
+    event: Event,
+    policy: RetryPolicy | None = None,
+    previous: TransitionRecord | None = None,
 ) -> TransitionRecord:
-    """Exactly :func:`statemachine.domain.machine.apply`, through the compiled table."""
+    """Exactly :func:`statemachine.domain.machine.apply`, through the compiled table.
+
+    ``previous``: the trial's last record, returned again (the same immutable value) when
+    this event's record would equal it: a run of checkpoints or results of a running trial
+    then builds one record, not one per event.
+    """
     before = state.status
     branches = TABLE.get((event.trigger, before))
-    if branches is not None and _fire(
-        branches, _EventData(state, {"event": event, "policy": policy or state.policy}), state
-    ):
-        failed = isinstance(event, TrialFailed)
-        return _record((
-            state.trial_id,
-            event.type_name,
-            before,
-            state.status,
-            state.last_decision if failed else None,
-            state.counters,
-            event.error if failed else None,  # type: ignore[attr-defined]
-        ))
+    ed = _bare(_EventData)  # its __init__ call would cost more than the two stores
+    ed.model = state
+    ed.kwargs = {"event": event, "policy": policy or state.policy}
+    if branches is not None and _fire(branches, ed, state):
+        if isinstance(event, TrialFailed):
+            return _record((
+                state.trial_id, event.type_name, before, state.status, state.last_decision,
+                state.counters, event.error,
+            ))  # fmt: skip
+        if (
+            previous is not None
+            and previous.status_after is state.status
+            and previous.status_before is before
+            and previous.decision is None
+            and previous.event is event.type_name
+            and previous.trial_id is state.trial_id
+            and previous.counters == (
+                state.failures, state.restore_failures, state.total_restore_failures,
+                state.preemptions,
+            )
+        ):  # fmt: skip
+            return previous
+        return _record(
+            (state.trial_id, event.type_name, before, state.status, None, state.counters, None)
+        )
     raise InvalidTransitionError(state.trial_id, before.value, event.type_name)
 
 

@@ -127,6 +127,9 @@ class Appends:
             db.backend.appended(insert(events).values(values)), dialect, fields=INSERTED
         )
         self._plain_insert = Prepared(insert(events).values(values), dialect, fields=INSERTED)
+        self._insert_rows = db.backend.row_inserter(
+            events, INSERTED, self._plain_insert.sql, dialect
+        )
         assert self._insert_many.in_order and self._plain_insert.in_order  # rows go as built
         #: The one processed value of an inserted row (SQLite writes datetimes as text).
         self._stamp: Callable[[datetime], Any] = (
@@ -217,17 +220,31 @@ class Appends:
             stored = self.append(session, requests[0], returning=returning)
             return [stored] if stored is not None else []
         db = self._db
-        missing = iter(new_event_ids(sum(1 for r in requests if r.event_id is None)))
-        rows = [event_values(session, r, r.event_id or next(missing)) for r in requests]
+        missing = sum(1 for r in requests if r.event_id is None)
+        new_ids = iter(new_event_ids(missing) if missing else ())  # one read of the source
+        rows = []
+        first: dict[str, int] = {}  # each trial's first expected seq in the batch
+        following: dict[str, int] = {}
+        chained = True  # each trial's requests follow each other (4, then 5, ...)
+        for r in requests:
+            rows.append(event_values(session, r, r.event_id or next(new_ids)))
+            trial, expected = r.trial_id, r.expected_seq
+            if following.get(trial, expected) != expected:
+                chained = False
+            elif trial not in following:
+                first[trial] = expected
+            following[trial] = expected + 1
         with db.lock, translated("appending a batch of events", db.url):
             try:
                 with db.raw_write() as cursor:
                     epoch = self.checks.epoch(cursor, session.experiment_id)
-                    last = self.checks.last_seqs(
-                        cursor, session.experiment_id, {r.trial_id for r in requests}
-                    )
+                    last = self.checks.last_seqs(cursor, session.experiment_id, set(first))
                     positions: list[int] | None = None
-                    if epoch == session.epoch and _chained(requests, last):
+                    if (
+                        epoch == session.epoch
+                        and chained
+                        and all(last.get(t, 0) == seq for t, seq in first.items())
+                    ):
                         now = utcnow()  # under the lock, as in append()
                         stamp = (self._stamp(now),)
                         params = [row + stamp for row in rows]
@@ -236,7 +253,7 @@ class Appends:
                                 cursor, self._insert_many.sql, params
                             )
                         else:
-                            cursor.executemany(self._plain_insert.sql, params)
+                            self._insert_rows(cursor, params)
                             positions = []
                 if positions is not None:
                     experiment = session.experiment
@@ -311,13 +328,3 @@ class Appends:
 
 def _unprocessed(value: datetime) -> datetime:
     return value
-
-
-def _chained(requests: Sequence[AppendRequest], last: dict[str, int]) -> bool:
-    """Each request's ``expected_seq`` is its trial's last seq, counting earlier requests."""
-    running = dict(last)
-    for request in requests:
-        if request.expected_seq != running.get(request.trial_id, 0):
-            return False
-        running[request.trial_id] = request.expected_seq + 1
-    return True

@@ -11,6 +11,9 @@ differently is decided here and nowhere else:
 - upserts (snapshots) use the dialect's ``INSERT ... ON CONFLICT DO UPDATE``;
 - the position of an appended event: ``RETURNING`` on PostgreSQL, the cursor's ``lastrowid``
   on SQLite (cheaper than a result set);
+- a single append: its own transaction on PostgreSQL (one round trip), inside ``BEGIN
+  IMMEDIATE`` on SQLite; a group commit that needs no positions: ``COPY`` on PostgreSQL,
+  ``executemany`` on SQLite;
 - migrations: PostgreSQL serialises concurrent upgrades with an advisory lock per schema;
   SQLite's ``BEGIN IMMEDIATE`` does it; Alembic alters SQLite tables in batch mode;
 - the driver's words for "no such database" and "not a database".
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import quote
@@ -34,6 +37,7 @@ from urllib.parse import quote
 from sqlalchemy import (
     Connection,
     CursorResult,
+    Dialect,
     Engine,
     Insert,
     Integer,
@@ -129,6 +133,17 @@ class Backend:
         """Run the batch insert ``sql`` (made by :meth:`appended`) for every parameter set;
         the new positions, in parameter order."""
         raise NotImplementedError
+
+    def row_inserter(
+        self, table: Table, columns: Sequence[str], insert_sql: str, dialect: Dialect
+    ) -> Callable[[Any, list[Any]], None]:
+        """How a batch of rows (tuples of ``columns``) is inserted when no result is wanted
+        (``insert_sql``: the compiled Core insert of those columns): ``executemany``."""
+
+        def insert_rows(cursor: Any, rows: list[Any]) -> None:
+            cursor.executemany(insert_sql, rows)
+
+        return insert_rows
 
     def lock_migrations(self, conn: Connection, key: int) -> None:
         """Serialise concurrent schema upgrades (held until the transaction ends)."""
@@ -297,6 +312,25 @@ class PostgreSQLBackend(Backend):
             positions.append(int(cursor.fetchone()[0]))
             if not cursor.nextset():
                 return positions
+
+    def row_inserter(
+        self, table: Table, columns: Sequence[str], insert_sql: str, dialect: Dialect
+    ) -> Callable[[Any, list[Any]], None]:
+        # COPY, PostgreSQL's bulk load: a fifth less server time per row than psycopg's
+        # pipelined executemany of the insert (21 against 27 us here), the same constraints
+        # checked. SQLAlchemy has no COPY construct: the names are the table's, quoted by
+        # the dialect.
+        quote = dialect.identifier_preparer
+        names = ", ".join(quote.quote(name) for name in columns)
+        copy_sql = f"COPY {quote.format_table(table)} ({names}) FROM STDIN"
+
+        def copy_rows(cursor: Any, rows: list[Any]) -> None:
+            with cursor.copy(copy_sql) as copy:
+                write = copy.write_row
+                for row in rows:
+                    write(row)
+
+        return copy_rows
 
     def lock_migrations(self, conn: Connection, key: int) -> None:
         # One lock per schema: openers of this schema wait, other schemas do not.

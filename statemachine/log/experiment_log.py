@@ -15,6 +15,7 @@ are written every ``snapshot_every`` events of a trial and for every trial at a 
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Collection, Iterable
@@ -33,8 +34,8 @@ from statemachine.log.replay import fold_stored, rehydrate
 from statemachine.log.store import EventStore
 
 logger = logging.getLogger(__name__)
-#: ``AppendRequest._make``: one is made per recorded event.
-_request = AppendRequest._make
+#: ``AppendRequest(*fields)`` in C (one is made per recorded event).
+_request = functools.partial(tuple.__new__, AppendRequest)
 
 
 class ExperimentLog:
@@ -153,9 +154,13 @@ class ExperimentLog:
         event_id: str | None,
         pending: dict[str, TrialState],
         requests: list[AppendRequest],
+        last: dict[str, TransitionRecord] | None = None,
     ) -> TransitionRecord:
         """Fold ``event`` on the trial's working copy in ``pending`` (made from its state on
-        first use); add the requests that append it to ``requests``; return what it did."""
+        first use); add the requests that append it to ``requests``; return what it did.
+
+        ``last``: each trial's latest record in this batch (an equal record is reused).
+        """
         work = pending.get(trial_id)
         if work is None:
             current = self._states.get(trial_id)
@@ -163,8 +168,11 @@ class ExperimentLog:
                 current.copy() if current is not None else TrialState(trial_id)
             )
         event_id = event_id or new_event_id()
-        if work.policy is self.policy:  # the common case: with_policy would say [event]
-            record = apply_compiled(work, event)
+        if work.policy is self.session.policy:  # the common case: with_policy says [event]
+            if last is None:
+                record = apply_compiled(work, event)
+            else:
+                record = last[trial_id] = apply_compiled(work, event, None, last.get(trial_id))
             requests.append(_request((trial_id, event, work.seq - 1, record, event_id)))
             return record
         for e in with_policy(event, work.policy, self.policy):
@@ -216,11 +224,19 @@ class ExperimentLog:
             )
         pending: dict[str, TrialState] = {}
         requests: list[AppendRequest] = []
-        fold = self._fold
-        results = [
-            fold(trial_id, event, event_id, pending, requests)
-            for (trial_id, event), event_id in zip(items, ids, strict=True)
-        ]
+        last: dict[str, TransitionRecord] = {}
+        results: list[TransitionRecord] = []
+        policy = self.session.policy
+        for (trial_id, event), event_id in zip(items, ids, strict=True):
+            work = pending.get(trial_id)
+            if work is not None and work.policy is policy and event_id is not None:
+                # _fold's common case, inline (a group commit's every event after the first
+                # of its trial): one request, an equal record reused.
+                record = last[trial_id] = apply_compiled(work, event, None, last.get(trial_id))
+                requests.append(_request((trial_id, event, work.seq - 1, record, event_id)))
+            else:
+                record = self._fold(trial_id, event, event_id, pending, requests, last)
+            results.append(record)
         try:
             # One request is one fenced statement; more are one transaction. No stored
             # records are built: the states and the transition records are the answer.

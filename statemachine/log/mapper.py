@@ -12,8 +12,8 @@ from datetime import datetime
 from typing import Any
 
 from statemachine.domain.events import TrialFailed
+from statemachine.domain.machine import TransitionRecord
 from statemachine.domain.policy import RetryPolicy
-from statemachine.domain.state import Counters
 from statemachine.log.payloads import payload_json
 from statemachine.log.records import (
     UNREADABLE_TIME,
@@ -75,11 +75,6 @@ def stored_event(row: Any, experiment: str) -> StoredEvent:
 
 
 @functools.lru_cache(maxsize=4096)
-def _counters_json(counters: Counters) -> str:
-    return dump_json(counters._asdict())
-
-
-@functools.lru_cache(maxsize=4096)
 def _storable_trial_id(trial_id: str) -> str:
     return check_storable(trial_id, "trial id")
 
@@ -91,17 +86,15 @@ def event_values(session: DriverSession, request: AppendRequest, event_id: str) 
     record = request.record
     trial_id = request.trial_id
     if record is None:
-        error = event.error if isinstance(event, TrialFailed) else None
+        error = event.error.kind if isinstance(event, TrialFailed) else None
         before = after = decision = counters = None
     else:
-        error = record.error
+        error, before, after, decision, counters = _record_columns(record)
         if error is None and isinstance(event, TrialFailed):
-            error = event.error
-        # ``_value_``: the member's value as stored (``.value`` is a property, slower).
-        before = record.status_before._value_
-        after = record.status_after._value_
-        decision = record.decision._value_ if record.decision is not None else None
-        counters = _counters_json(record.counters)
+            error = event.error.kind
+    if not (type(event_id) is str and 0 < len(event_id) <= 64 and event_id.isascii()
+            and "\x00" not in event_id):  # an id as the log makes them passes as it is
+        event_id = check_storable(event_id, "event id", max_length=64)  # fmt: skip
     return (
         session.experiment_id,
         _storable_trial_id(trial_id) if type(trial_id) is str else check_storable(
@@ -111,21 +104,28 @@ def event_values(session: DriverSession, request: AppendRequest, event_id: str) 
         event.type_name,
         event.version,
         payload_json(event),
-        error.kind if error is not None else None,
+        error,
         before,
         after,
         decision,
         counters,
         session.epoch,
-        event_id if _plain_id(event_id) else check_storable(event_id, "event id", max_length=64),
+        event_id,
     )
 
 
-def _plain_id(value: object) -> bool:
-    """``value`` is an ASCII identifier :func:`check_storable` would pass (an event id as the
-    log makes them): the check without its function call, for one id per event."""
+@functools.lru_cache(maxsize=4096)
+def _record_columns(
+    record: TransitionRecord,
+) -> tuple[str | None, str, str, str | None, str]:
+    """``error_type, status_before, status_after, decision, counters`` of a record (a run of
+    checkpoints of a running trial is one record: its columns are made once)."""
     return (
-        type(value) is str and 0 < len(value) <= 64 and value.isascii() and "\x00" not in value
+        record.error.kind if record.error is not None else None,
+        record.status_before.value,
+        record.status_after.value,
+        record.decision.value if record.decision is not None else None,
+        dump_json(record.counters._asdict()),
     )
 
 

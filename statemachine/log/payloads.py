@@ -70,7 +70,8 @@ def _compile(cls: type[Event]) -> _Encoder:
             convert = plain.get(type(value))
             if convert is None:
                 return _generic(event)
-            return storable_json(template % convert(value))
+            text = template % convert(value)
+            return text if text.isascii() else storable_json(text)
 
         return encode_one
     get_all = operator.attrgetter(*names)
@@ -82,6 +83,7 @@ def _compile(cls: type[Event]) -> _Encoder:
             if convert is None:
                 return _generic(event)
             texts.append(convert(value))
-        return storable_json(template % tuple(texts))
+        text = template % tuple(texts)
+        return text if text.isascii() else storable_json(text)
 
     return encode

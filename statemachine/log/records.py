@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
@@ -105,13 +106,19 @@ def load_json(text: str | None, what: str) -> Any:
 
 
 def new_event_id() -> str:
-    """A new event id: 128 random bits in hex (32 characters), as unique as a uuid4.
+    """A new event id: 32 hex characters, the time in milliseconds (12) then 80 random bits.
+
+    ULID's layout (48-bit time, 80-bit randomness) in hex: ids made one after the other sort
+    near each other, so the unique index on ``(experiment_id, event_id)`` grows at its end
+    instead of at a random page for every event (random ids made SQLite's insert of a
+    1,000-event batch take 1.6 times as long at 80,000 events, and more as the log grows).
+    Unique as a random id is: 80 random bits within each millisecond.
 
     The one place event ids are made (the store's default, the live log's records, the Tune
     recorder's queue). Ids derived from one (a ``PolicySet`` written for an event gets
     ``<id>/p``) stay within the column's 64 characters.
     """
-    return os.urandom(16).hex()
+    return f"{time.time_ns() // 1_000_000:012x}{os.urandom(10).hex()}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,9 +134,11 @@ UNREADABLE_TIME = datetime(1, 1, 1, tzinfo=timezone.utc)
 
 
 def new_event_ids(count: int) -> list[str]:
-    """``count`` new event ids (as :func:`new_event_id`, from one read of the random source)."""
-    text = os.urandom(16 * count).hex()
-    return [text[i : i + 32] for i in range(0, 32 * count, 32)]
+    """``count`` new event ids (as :func:`new_event_id`: one time, one read of the random
+    source)."""
+    now = f"{time.time_ns() // 1_000_000:012x}"
+    text = os.urandom(10 * count).hex()
+    return [now + text[i : i + 20] for i in range(0, 20 * count, 20)]
 
 
 def utc(value: datetime) -> datetime:

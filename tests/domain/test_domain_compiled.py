@@ -8,8 +8,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from statemachine.domain.compiled import TABLE, apply_compiled, compile_machine, fold_compiled
-from statemachine.domain.events import Event, TrialAdded, TrialCompleted, TrialStarted
-from statemachine.domain.machine import MACHINE, apply, build_machine, fold
+from statemachine.domain.events import (
+    CheckpointSaved,
+    Event,
+    TrialAdded,
+    TrialCompleted,
+    TrialStarted,
+)
+from statemachine.domain.machine import MACHINE, TransitionRecord, apply, build_machine, fold
 from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Status
@@ -94,6 +100,41 @@ def test_compiled_equals_transitions_on_arbitrary_events(
         assert outcome(apply_compiled, by_table, event, policy) == outcome(
             apply, by_machine, event, policy)
         assert by_table == by_machine
+
+
+@PROPERTY
+@given(st.data(), policies | st.none(), st.integers(0, 60), st.sampled_from(["t1", "t2"]))
+def test_a_previous_record_is_returned_only_when_equal(
+    data: st.DataObject, policy: RetryPolicy | None, length: int, other_trial: str
+) -> None:
+    # Any earlier record is offered (this trial's, or a twin's fed the same events): what
+    # comes back always equals the machine's record, and is the offered one only when equal.
+    by_machine = TrialState("t1")
+    by_table = TrialState("t1")
+    twin = TrialState(other_trial)
+    offered: list[TransitionRecord] = []
+    for _ in range(length):
+        event = event_step(data, by_machine.status)
+        previous = data.draw(st.sampled_from(offered)) if offered else None
+        expected = outcome(apply, by_machine, event, policy)
+        got = outcome(lambda s, e, p: apply_compiled(s, e, p, previous), by_table, event, policy)
+        assert got == expected
+        assert by_table == by_machine
+        if previous is not None and got == previous:
+            assert got is previous
+        for record in (got, outcome(apply_compiled, twin, event, policy)):
+            if isinstance(record, TransitionRecord):
+                offered.append(record)
+
+
+def test_a_run_of_checkpoints_makes_one_record() -> None:
+    state = fold("t1", [TrialAdded(), TrialStarted()])[0]
+    records = []
+    for i in range(5):
+        records.append(apply_compiled(state, CheckpointSaved(f"c{i}"), None,
+                                      records[-1] if records else None))
+    assert all(r is records[0] for r in records)
+    assert state.checkpoints == tuple(f"c{i}" for i in range(5)) and state.seq == 7
 
 
 def test_fold_compiled_leaves_the_given_state_alone() -> None:

@@ -208,6 +208,28 @@ class StoreContract:
             store.append_batch(session, [AppendRequest("c", TrialAdded(), 0)], returning=False)
         assert store.append_batch(newer, [AppendRequest("c", TrialAdded(), 0)])[0].seq == 1
 
+    @pytest.mark.parametrize("returning", [True, False])
+    def test_a_batch_the_database_refuses_in_part_stores_nothing(
+        self, store: EventStore, returning: bool
+    ) -> None:
+        # The checks pass; the database's unique index refuses the second row (its event id
+        # is another event's). On PostgreSQL a batch without results is a COPY.
+        session = store.start_session("exp", policy=POLICY)
+        store.append(session, "a", TrialAdded(), expected_seq=0, event_id="e-1")
+        clash = [
+            AppendRequest("b", TrialAdded(), 0, event_id="e-2"),
+            AppendRequest("c", TrialAdded(), 0, event_id="e-1"),
+        ]
+        with pytest.raises(ConcurrencyError, match="already stored"):
+            store.append_batch(session, clash, returning=returning)
+        assert store.list_trials("exp") == ["a"]
+        again = [AppendRequest("b", TrialAdded(), 0, event_id="e-2"),
+                 AppendRequest("b", TrialStarted(), 1, event_id="e-3")]  # fmt: skip
+        store.append_batch(session, again, returning=returning)  # the store works on
+        assert [(e.trial_id, e.event_id) for e in store.read_experiment("exp")] == [
+            ("a", "e-1"), ("b", "e-2"), ("b", "e-3"),
+        ]
+
     def test_a_new_session_waits_for_a_batch_whose_checks_passed(
         self, store: EventStore, url: str, monkeypatch: pytest.MonkeyPatch
     ) -> None:
