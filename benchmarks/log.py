@@ -53,11 +53,14 @@ RAW_INSERT = (
 COUNTERS = '{"failures":0,"preemptions":0,"restore_failures":0,"total_restore_failures":0}'
 
 
-def raw_row(experiment_id: int, trial: str, seq: int, recorded_at: object) -> tuple:
-    """The row a CheckpointSaved record writes, as a raw driver would write it."""
+def raw_row(
+    experiment_id: int, trial: str, seq: int, recorded_at: object, event_id: str | None = None
+) -> tuple:
+    """The row a CheckpointSaved record writes, as a raw driver would write it (a uuid4 for
+    its event id, unless ``event_id`` is given)."""
     return (
         experiment_id, trial, seq, "CheckpointSaved", 1, f'{{"checkpoint":"c{seq}"}}', None,
-        "RUNNING", "RUNNING", None, COUNTERS, 1, uuid.uuid4().hex, recorded_at,
+        "RUNNING", "RUNNING", None, COUNTERS, 1, event_id or uuid.uuid4().hex, recorded_at,
     )  # fmt: skip
 
 
