@@ -69,9 +69,10 @@ class WriteChecks:
     def last_seqs(self, cursor: Any, experiment_id: int, trials: set[str]) -> dict[str, int]:
         """Each trial's last seq (trials without events are absent).
 
-        One row of scalar subqueries, ``max(seq)`` per trial: each one is an index seek
-        (a ``GROUP BY`` over an ``IN`` list would read every row of those trials). The list
-        is padded to a power of two (repeating a trial), so few statements are compiled.
+        Each trial's ``max(seq)`` is one backward seek of the unique index (a ``GROUP BY``
+        over the trials would read every row of them): PostgreSQL takes the trials as one
+        array (the backend's query); SQLite gets one row of scalar subqueries per chunk,
+        padded to a power of two (repeating a trial), so few statements are compiled.
         """
         found: dict[str, int] = {}
         grouped = self._last_seqs_grouped

@@ -89,7 +89,9 @@ def event_values(session: DriverSession, request: AppendRequest, event_id: str) 
         error = event.error.kind if isinstance(event, TrialFailed) else None
         before = after = decision = counters = None
     else:
-        error, before, after, decision, counters = _record_columns(record)
+        # A failure's record (rare, and it holds the traceback) is not kept in the cache.
+        columns = _record_columns if record.error is None else _record_columns.__wrapped__
+        error, before, after, decision, counters = columns(record)
         if error is None and isinstance(event, TrialFailed):
             error = event.error.kind
     if not (type(event_id) is str and 0 < len(event_id) <= 64 and event_id.isascii()
