@@ -8,10 +8,15 @@ fails, the second works. The first driver process is killed while ``restore_flak
 restore attempt hangs (a crash: its session never ends); a second driver continues with
 ``Tuner.restore``. The log kept the restore retry already spent, so the trial gives up after
 ``TUNE_RESTORE_RETRY_NUM=2`` retries in all, where plain Ray would grant two more.
+
+Ray rewrites its experiment state in place, so the kill can leave it torn (CI saw it once);
+``Tuner.restore`` would then start over. The demo keeps the complete copy it reads just before
+the kill and puts it back in that case, saying so.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -148,6 +153,35 @@ class Progress:
             pass  # the log is being created, or migrated: next tick
 
 
+def complete_state(experiment: Path, tries: int = 10) -> tuple[Path, bytes] | None:
+    """Ray's newest experiment state file and its bytes, once they are complete (they parse
+    as JSON; a write under way is waited out for up to ``tries`` tenths of a second)."""
+    for attempt in range(tries):
+        states = sorted(experiment.glob("experiment_state-*.json"))
+        if states:
+            data = states[-1].read_bytes()
+            try:
+                json.loads(data)
+            except ValueError:
+                pass
+            else:
+                return states[-1], data
+        if attempt + 1 < tries:
+            time.sleep(0.1)
+    return None
+
+
+def put_back_if_torn(path: Path, data: bytes) -> bool:
+    """Write ``data`` back to ``path`` if a kill left the file torn (empty, or cut short:
+    ``Tuner.restore`` would start the experiment over); whether it did."""
+    try:
+        json.loads(path.read_bytes())
+    except ValueError:
+        path.write_bytes(data)
+        return True
+    return False
+
+
 def run_experiment(workdir: Path, say: Any) -> dict[str, Any]:
     """Run both drivers; return where the experiment and its log are."""
     from statemachine.cli.demo_trainable import restore_attempts
@@ -163,6 +197,7 @@ def run_experiment(workdir: Path, say: Any) -> dict[str, Any]:
             f"TUNE_RESTORE_RETRY_NUM={RESTORE_RETRY_NUM} (Ray output: {log})")
         progress.begin("Driver 1: Tuner.fit()")
         first = _start("fit", storage, ctl, log)
+        kept: tuple[Path, bytes] | None = None
         try:
             deadline = time.monotonic() + WAIT_FOR_CRASH_POINT
             while restore_attempts(ctl, "restore_flaky") < 2:
@@ -174,11 +209,16 @@ def run_experiment(workdir: Path, say: Any) -> dict[str, Any]:
                 time.sleep(0.2)
                 progress.tick()
             time.sleep(1.0)  # let Tune save its experiment state as it would before a crash
+            kept = complete_state(storage / NAME)
         finally:
             _kill(first)
         (ctl / "hang-restore-restore_flaky").unlink()
         say(f"Driver 1 killed with SIGKILL during restore attempt 2 of restore_flaky "
             f"({time.monotonic() - started:.0f} s in)")
+        if kept is not None and put_back_if_torn(*kept):
+            say("The kill tore Ray's experiment state (Ray rewrites it in place; see "
+                "docs/tune.md, \"Killed drivers\"): the demo put back the complete copy it "
+                "read just before, as a user restores a backup")
         say("Driver 2: Tuner.restore() of the same experiment")
         progress.begin("Driver 2: Tuner.restore()")
         second = _start("restore", storage, ctl, log)

@@ -65,3 +65,24 @@ def test_demo_crashes_a_driver_resumes_and_explains(tmp_path: Path) -> None:
     if UPDATE:
         golden.write_text(text)
     assert text == golden.read_text()
+
+
+def test_an_experiment_state_the_kill_tore_is_put_back(tmp_path: Path) -> None:
+    # Ray rewrites experiment_state-*.json in place (truncate, then write): a SIGKILL in
+    # between leaves it empty and Tuner.restore starts over (seen once in CI). The demo keeps
+    # the complete copy it read before the kill and puts it back.
+    from statemachine.cli.demo import complete_state, put_back_if_torn
+
+    older = tmp_path / "experiment_state-2026-12-01_10-00-00.json"
+    newest = tmp_path / "experiment_state-2026-12-01_11-00-00.json"
+    older.write_text('{"trial_data": ["old"]}')
+    newest.write_text('{"trial_data": ["a", "b"]}')
+    kept = complete_state(tmp_path, tries=1)
+    assert kept == (newest, b'{"trial_data": ["a", "b"]}')
+    assert not put_back_if_torn(*kept)  # an intact file is left alone
+    for torn in ("", '{"trial_data": ["a"'):
+        newest.write_text(torn)
+        assert complete_state(tmp_path, tries=2) is None  # never a torn copy
+        assert put_back_if_torn(*kept)
+        assert json.loads(newest.read_text()) == {"trial_data": ["a", "b"]}
+    assert complete_state(tmp_path / "none", tries=1) is None
