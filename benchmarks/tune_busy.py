@@ -85,20 +85,21 @@ def _trainable() -> type:
     return Busy
 
 
-def _timed(callback: Any, calls: list[float]) -> None:
-    """Time every hook call of ``callback`` (seconds appended to ``calls``)."""
+def _timed(callback: Any, calls: list[tuple[float, str]]) -> None:
+    """Time every hook call of ``callback`` (seconds and hook name appended to ``calls``)."""
     clock = time.perf_counter
     for name in HOOKS:
         hook = getattr(callback, name, None)
         if hook is None:
             continue
 
-        def wrapped(*args: Any, _hook: Callable[..., Any] = hook, **kwargs: Any) -> Any:
+        def wrapped(*args: Any, _hook: Callable[..., Any] = hook, _name: str = name,
+                    **kwargs: Any) -> Any:
             start = clock()
             try:
                 return _hook(*args, **kwargs)
             finally:
-                calls.append(clock() - start)
+                calls.append((clock() - start, _name))
 
         setattr(callback, name, wrapped)
 
@@ -128,7 +129,7 @@ def one_run(ctx: Context, trials: int, with_callback: bool) -> dict[str, Any]:
     ctl = run_dir / "ctl"
     ctl.mkdir(parents=True)
     url = f"sqlite:///{run_dir / 'log.db'}"
-    calls: list[float] = []
+    calls: list[tuple[float, str]] = []
     counter = _counter()
     callbacks: list[Any] = [counter]
     callback = None
@@ -207,15 +208,17 @@ def run(ctx: Context) -> None:
             versus=loop["without"])
     hooks = [r["calls"] for r in runs["with"]]
     per.add("time inside the callback's hooks, per result",
-            Stat.of([sum(c) / r["results"] * 1e3 for c, r in zip(hooks, runs["with"],
-                                                                  strict=True)]),
+            Stat.of([sum(t for t, _ in c) / r["results"] * 1e3
+                     for c, r in zip(hooks, runs["with"], strict=True)]),
             versus=loop["without"])
-    every = sorted(t * 1e3 for c in hooks for t in c)
+    every = sorted((t * 1e3, name) for c in hooks for t, name in c)
     if every:
-        p99 = every[min(len(every) - 1, int(len(every) * 0.99))]
-        per.add("one hook call: median", Stat.of([statistics.median(every)]))
+        times = [t for t, _ in every]
+        p99 = times[min(len(times) - 1, int(len(times) * 0.99))]
+        per.add("one hook call: median", Stat.of([statistics.median(times)]))
         per.add("one hook call: p99", Stat.of([p99]))
-        per.add("one hook call: longest", Stat.of([every[-1]]))
+        longest, name = every[-1]
+        per.add(f"one hook call: longest ({name})", Stat.of([longest]))
     per.note("ratio: over the baseline's loop time per result. Hook calls: every call of "
              "every timed hook (results, checkpoints, starts, failures, step ends) of all runs.")
     ctx.report.print_table(per)
