@@ -118,10 +118,7 @@ def apply_compiled(
             and previous.decision is None
             and previous.event is event.type_name
             and previous.trial_id is state.trial_id
-            and previous.counters == (
-                state.failures, state.restore_failures, state.total_restore_failures,
-                state.preemptions,
-            )
+            and previous.counters == state.counters
         ):  # fmt: skip
             return previous
         return _record(

@@ -193,10 +193,7 @@ class Appends:
                     # Stamped under the write lock: times follow commit order, and an event
                     # of a fenced epoch is always stamped before the newer session began.
                     now = utcnow()
-                    cursor.execute(
-                        self._append_one.sql,
-                        self._append_one.params((*values, now, request.expected_seq)),
-                    )
+                    self._append_one.run(cursor, (*values, now, request.expected_seq))
                     position = db.backend.inserted_position(cursor)
                 if position is not None:
                     return inserted_event(values, now, position, session.experiment) if (

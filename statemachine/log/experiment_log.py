@@ -143,7 +143,7 @@ class ExperimentLog:
 
     def preview(self, trial_id: str, event: Event) -> TransitionRecord:
         """What recording ``event`` would do (the decision), without writing or changing it."""
-        return self._fold(trial_id, event, None, {}, [])
+        return self._fold(trial_id, event, None, {}, [], {})
 
     # ------------------------------------------------------------ recording
 
@@ -154,7 +154,7 @@ class ExperimentLog:
         event_id: str | None,
         pending: dict[str, TrialState],
         requests: list[AppendRequest],
-        last: dict[str, TransitionRecord] | None = None,
+        last: dict[str, TransitionRecord],
     ) -> TransitionRecord:
         """Fold ``event`` on the trial's working copy in ``pending`` (made from its state on
         first use); add the requests that append it to ``requests``; return what it did.
@@ -169,10 +169,7 @@ class ExperimentLog:
             )
         event_id = event_id or new_event_id()
         if work.policy is self.session.policy:  # the common case: with_policy says [event]
-            if last is None:
-                record = apply_compiled(work, event)
-            else:
-                record = last[trial_id] = apply_compiled(work, event, None, last.get(trial_id))
+            record = last[trial_id] = apply_compiled(work, event, None, last.get(trial_id))
             requests.append(_request((trial_id, event, work.seq - 1, record, event_id)))
             return record
         for e in with_policy(event, work.policy, self.policy):
@@ -226,17 +223,9 @@ class ExperimentLog:
         requests: list[AppendRequest] = []
         last: dict[str, TransitionRecord] = {}
         results: list[TransitionRecord] = []
-        policy = self.session.policy
+        fold = self._fold
         for (trial_id, event), event_id in zip(items, ids, strict=True):
-            work = pending.get(trial_id)
-            if work is not None and work.policy is policy and event_id is not None:
-                # _fold's common case, inline (a group commit's every event after the first
-                # of its trial): one request, an equal record reused.
-                record = last[trial_id] = apply_compiled(work, event, None, last.get(trial_id))
-                requests.append(_request((trial_id, event, work.seq - 1, record, event_id)))
-            else:
-                record = self._fold(trial_id, event, event_id, pending, requests, last)
-            results.append(record)
+            results.append(fold(trial_id, event, event_id, pending, requests, last))
         try:
             # One request is one fenced statement; more are one transaction. No stored
             # records are built: the states and the transition records are the answer.

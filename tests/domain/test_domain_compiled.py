@@ -104,12 +104,6 @@ def test_compiled_equals_transitions_on_arbitrary_events(
         assert by_table == by_machine
 
 
-def offer(
-    state: TrialState, event: Event, policy: RetryPolicy | None, previous: TransitionRecord | None
-) -> TransitionRecord:
-    return apply_compiled(state, event, policy, previous)
-
-
 @PROPERTY
 @given(st.data(), policies | st.none(), st.integers(0, 60), st.sampled_from(["t1", "t2"]))
 def test_a_previous_record_is_returned_only_when_equal(
@@ -125,7 +119,7 @@ def test_a_previous_record_is_returned_only_when_equal(
         event = event_step(data, by_machine.status)
         previous = data.draw(st.sampled_from(offered)) if offered else None
         expected = outcome(apply, by_machine, event, policy)
-        got = outcome(functools.partial(offer, previous=previous), by_table, event, policy)
+        got = outcome(functools.partial(apply_compiled, previous=previous), by_table, event, policy)
         assert got == expected
         assert by_table == by_machine
         if previous is not None and got == previous:
