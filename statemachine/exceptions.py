@@ -174,3 +174,17 @@ class CredentialsNotFoundError(StoreError):
 
 class LogSyncError(StoreError):
     """The event log's copy on the experiment's storage could not be read or written."""
+
+
+class IngestError(StateMachineError):
+    """Ray's experiment folder cannot be ingested as it is (the message says why and what to
+    do); nothing was written."""
+
+
+class NotARayExperimentError(IngestError):
+    """The folder given to ``trial-replay ingest`` is not a Ray Tune experiment folder."""
+
+
+class RecordedByCallbackError(IngestError):
+    """The experiment's history was recorded by the ``EventLogCallback``: its log is complete
+    and an ingest would duplicate it; nothing was written."""

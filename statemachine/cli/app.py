@@ -116,6 +116,7 @@ COMMANDS = (
     "commands.verify:verify",
     "commands.transfer:export",
     "commands.transfer:import_",
+    "commands.ingest:ingest",
     "commands.database:db",
     "demo:demo",
 )

@@ -197,6 +197,13 @@ class _Narrator:
         }.get(end, "ended")
         s = self.state
         kind = self.kinds.get(new)
+        if kind == "ingest":
+            self.steps.append(Step(
+                None, None, new, "Ingested", None,
+                f"Epoch {new} is a later trial-replay ingest of Ray's files: what the "
+                f"experiment did after epoch {old}, reconstructed.",
+            ))
+            return
         if kind == "fresh":
             self.steps.append(Step(
                 None, None, new, "DriverStarted", None,

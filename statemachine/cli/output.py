@@ -256,6 +256,20 @@ def short_time(moment: str | None) -> str:
     return moment[:19].replace("T", " ")
 
 
+def clock_time(moment: str | None) -> str:
+    """An ISO time as ``YYYY-MM-DD HH:MM:SS.mmm`` (UTC; empty for ``None``): milliseconds
+    always shown, also for a whole second (whose ISO form has none)."""
+    if not moment:
+        return ""
+    try:
+        when = datetime.fromisoformat(moment)
+    except ValueError:
+        return moment
+    if when.tzinfo is not None:
+        when = when.astimezone(timezone.utc)
+    return when.strftime("%Y-%m-%d %H:%M:%S.%f")[:23]
+
+
 def basename(path: str | None) -> str:
     """The last component of a checkpoint path (``--wide`` and ``--json`` have it whole)."""
     if not path:

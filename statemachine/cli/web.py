@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
 
 from statemachine.cli.explain import describe_policy, explain_trial
+from statemachine.cli.provenance import reconstructed_note
 from statemachine.cli.reading import (
     decode_trial,
     describe_sessions,
@@ -57,6 +58,7 @@ th { background: #f0f0f0; }
 .live { color: #777; font-size: 12px; } .steps td:first-child { white-space: nowrap; }
 nav { font-size: 13px; margin-bottom: 8px; }
 .summary { font-weight: bold; max-width: 70em; }
+.reconstructed { background: #fff6d6; padding: 4px 8px; max-width: 70em; }
 """
 
 
@@ -130,7 +132,7 @@ class Pages:
         svg = render_svg(model).split("?>", 1)[-1]
         body = (
             f'<nav><a href="/">experiments</a></nav><h1>{_e(name)}</h1>'
-            f"<p>Driver sessions: {epochs or 'none'}</p>{svg}"
+            f"<p>Driver sessions: {epochs or 'none'}</p>{_reconstructed(sessions)}{svg}"
             "<h2>Trials</h2><table><thead><tr><th>trial</th><th>status</th><th>failures</th>"
             "<th>restore fails (episode/total)</th><th>preemptions</th><th>last error</th>"
             "<th>message</th><th>last decision</th></tr></thead>"
@@ -147,6 +149,7 @@ class Pages:
                 raise NotFound(f"experiment {name!r} has no trial {trial_id!r}")
             decoded = decode_trial(store.read_trial(name, trial_id), self.out)
             sessions = store.list_sessions(name)
+        note = _reconstructed(sessions, {stored.epoch for stored, _ in decoded})
         explanation = explain_trial(trial_id, list[Any](decoded), session_ends(sessions),
                                     session_kinds(sessions))
         steps = "".join(
@@ -159,12 +162,18 @@ class Pages:
         body = (
             f'<nav><a href="/">experiments</a> / <a href="/e/{_q(name)}">{_e(name)}</a></nav>'
             f"<h1>Trial {_e(trial_id)}</h1>"
-            f'<p class="summary">{_e(explanation.summary)}</p>'
+            f'<p class="summary">{_e(explanation.summary)}</p>{note}'
             f"<p>Policy that applied: {_e(describe_policy(explanation.state.policy))}.</p>"
             '<table class="steps"><thead><tr><th>where</th><th>decision</th><th>what happened'
             f"</th></tr></thead><tbody>{steps}</tbody></table>"
         )
         return _page(f"trial-replay: {name} / {trial_id}", body)
+
+
+def _reconstructed(sessions: Any, epochs: Any = None) -> str:
+    """The paragraph saying the history shown was reconstructed from Ray's files (or "")."""
+    note = reconstructed_note(sessions, epochs)
+    return f'<p class="reconstructed">{_e(note)}</p>' if note else ""
 
 
 def _page(title: str, body: str) -> str:
