@@ -127,7 +127,7 @@ class RayExperiment:
 
     ``state_files``: the readable snapshots, oldest first (by name, as Ray orders them);
     ``skipped``: ``(file, why)`` for those that could not be read (half-written ones);
-    ``trials``: by trial id, in Ray's order; ``not_read``: files an ingest never opens
+    ``trials``: by trial id, sorted; ``not_read``: files an ingest never opens
     (pickles: reading them would run code); ``callback_log``: the folder holds the
     ``EventLogCallback``'s own log (``statemachine.db``).
     """
@@ -148,8 +148,9 @@ class RayExperiment:
         return self.state_files[-1] if self.state_files else None
 
     def trial_ids(self) -> list[str]:
-        """Every trial id, from the folders and the snapshots, in Ray's order."""
-        ids = list(self.trials)
+        """Every trial id, from the folders and the snapshots, sorted (Ray's ids number
+        trials in the order it made them)."""
+        ids = set(self.trials)
         for state in self.state_files:
-            ids.extend(t for t in state.trials if t not in ids)
-        return ids
+            ids.update(state.trials)
+        return sorted(ids)

@@ -77,7 +77,7 @@ def read_experiment(folder: ExperimentFolder, warn: Warn) -> RayExperiment:
         not_read.extend(f"{entry.name}/{n}" for n in sorted(files) if n.endswith(".pkl"))
     if not states and not skipped and not trials:
         raise NotARayExperimentError(_not_an_experiment(folder, tree))
-    ordered = _in_ray_order(trials, states)
+    ordered = dict(sorted(trials.items()))  # Ray's ids number trials as it made them
     return RayExperiment(
         label=folder.label,
         name=folder.name,
@@ -155,15 +155,6 @@ def _trial(folder: ExperimentFolder, name: str, entries: list[Entry], known_id: 
         warn(f"{folder.label}/{name}: {note}")
     return TrialFiles(name, folder.path(name), trial_id, params, tuple(rows), tuple(failures),
                       tuple(checkpoints), "error.pkl" in files, tuple(notes))
-
-
-def _in_ray_order(trials: dict[str, TrialFiles], states: list[StateFile]
-                  ) -> dict[str, TrialFiles]:
-    order: list[str] = []
-    for state in reversed(states):
-        order.extend(t for t in state.trials if t in trials and t not in order)
-    order.extend(t for t in sorted(trials) if t not in order)
-    return {t: trials[t] for t in order}
 
 
 def _offset(states: list[StateFile], trials: Iterable[TrialFiles]) -> float | None:

@@ -197,6 +197,11 @@ def plan_ingest(ray: RayExperiment, states: Mapping[str, TrialState], stored: Se
     session = common[0][0] if common else RetryPolicy(restore_retry_num=retries)
     starts = [s.start_time for s in ray.state_files if s.start_time is not None]
     default_time = min(starts) if starts else now
+    hostnames: dict[str, str] = {}
+    for files in ray.trials.values():
+        for row in files.rows:
+            if row.node_ip and row.hostname:
+                hostnames.setdefault(row.node_ip, row.hostname)
     plans = []
     for trial_id in ray.trial_ids():
         files = ray.trials.get(trial_id)
@@ -210,7 +215,7 @@ def plan_ingest(ray: RayExperiment, states: Mapping[str, TrialState], stored: Se
         if config is None and in_state is not None:
             config = in_state[1].config
         builder = _TrialBuilder(trial_id, states.get(trial_id), stored, policies[trial_id],
-                                timeline, default_time)
+                                timeline, default_time, hostnames)
         builder.run(config or {})
         if in_state is not None:
             builder.end(*in_state)
@@ -223,8 +228,10 @@ class _TrialBuilder:
     """Expands one trial's new items into events, folding each as it is made."""
 
     def __init__(self, trial_id: str, state: TrialState | None, stored: Set[str],
-                 policy: RetryPolicy, timeline: TrialTimeline, default_time: float) -> None:
+                 policy: RetryPolicy, timeline: TrialTimeline, default_time: float,
+                 hostnames: Mapping[str, str]) -> None:
         self.trial_id = trial_id
+        self.hostnames = hostnames
         self.stored = stored
         self.policy = policy
         self.timeline = timeline
@@ -317,7 +324,9 @@ class _TrialBuilder:
         block = item.failure
         assert block is not None
         work = self.work
-        node = NodeRef(node_ip=block.node_ip) if block.node_ip else None
+        # The node as the results name it (IP and hostname), so a tally sees one node.
+        node = (NodeRef(node_ip=block.node_ip, hostname=self.hostnames.get(block.node_ip))
+                if block.node_ip else None)
         if not (item.ends_attempt and work.status in _LIVE):
             self._start(item, node or NodeRef(), None)  # a process that never reported
         parsed = parse_error_text(block.text)

@@ -170,3 +170,26 @@ def test_headless_chromium_renders_the_live_page(served: str, tmp_path: Path) ->
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000, (len(data), started)
     if os.environ.get("UPDATE_SCREENSHOT"):
         SCREENSHOT.write_bytes(data)
+
+
+def test_pages_of_an_ingested_log_say_it_was_reconstructed(tmp_path: Path) -> None:
+    from tests.ingest.conftest import VERSIONS, ingest_json, ray_folder
+
+    db = tmp_path / "ingested.db"
+    report = ingest_json(ray_folder(VERSIONS[-1], "faults", tmp_path / "faults"), "--db", db)
+    trial = report["trials"][0]["trial_id"]
+    proc = subprocess.Popen(
+        [_script(), "serve", "faults", "--port", "0", "--db", str(db)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=_lines, args=(proc.stdout, lines), daemon=True).start()
+    try:
+        base = lines.get(timeout=60).split()[1].rsplit("/e/", 1)[0]
+        for path in ("/e/faults", f"/e/faults/t/{trial}"):
+            status, page = _get(base + path)
+            assert status == 200
+            assert '<p class="reconstructed">Reconstructed from Ray&#x27;s files' in page
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

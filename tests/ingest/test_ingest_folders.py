@@ -1,0 +1,121 @@
+"""``trial-replay ingest`` on the committed Ray folders (real runs of Ray 2.40 and 2.60, made
+without the callback: tests/data/make_ingest_fixtures.py): the log agrees with Ray's own view,
+re-ingesting adds nothing, a resumed experiment adds only what is new."""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from statemachine.log import EventStore
+from tests.ingest.conftest import (
+    VERSIONS,
+    headers,
+    ingest_json,
+    log_events,
+    log_trials,
+    ray_folder,
+    ray_view,
+    run_cli,
+    tags,
+)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("name", ["faults", "crash"])
+def test_the_log_agrees_with_rays_view(version: str, name: str, tmp_path: Path) -> None:
+    folder = ray_folder(version, name, tmp_path / name)
+    db = tmp_path / "ingested.db"
+    report = ingest_json(folder, "--db", db)
+    assert report["epoch"] == 1 and report["created_log"]
+    # Every trial, its final status and its num_failures, as Ray's ResultGrid had them.
+    assert log_trials(db, name) == ray_view(version, name)
+    assert {t["trial_id"]: [t["ray_status"], t["ray_num_failures"]]
+            for t in report["trials"]} == ray_view(version, name)
+    assert all(t["disagreement"] is None and not t["not_added"] for t in report["trials"])
+    events = log_events(db, name)
+    # One TrialFailed per "Failure #" header of error.txt.
+    failed = Counter(e.trial_id for e in events if e.type_name == "TrialFailed")
+    assert dict(failed) == {t: n for t, n in headers(folder).items() if n}
+    # Every checkpoint folder on disk is a recorded checkpoint, by its path.
+    saved = {e.event.checkpoint for e in events if e.type_name == "CheckpointSaved"}
+    assert {str(p) for p in folder.glob("*/checkpoint_*")} <= saved
+    # The reconstructed history folds: every recorded decision replays.
+    code, out, err = run_cli("--db", db, "verify")
+    assert code == 0, out + err
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_failures_are_typed_from_their_text(version: str, tmp_path: Path) -> None:
+    folder = ray_folder(version, "faults", tmp_path / "faults")
+    db = tmp_path / "ingested.db"
+    report = ingest_json(folder, "--db", db)
+    # TUNE_RESTORE_RETRY_NUM=2 is saved nowhere: two restore failures that did not count.
+    assert report["restore_retry_num_inferred"] == 2
+    assert report["policy"]["restore_retry_num"] == 2
+    assert report["policy"]["max_failures"] == 1
+    ids = tags(folder)
+    failures: dict[str, list[tuple[str | None, str | None, str | None]]] = {}
+    for e in log_events(db, "faults"):
+        if e.type_name == "TrialFailed":
+            failures.setdefault(e.trial_id, []).append(
+                (e.error_type, e.decision, e.event.error.cause_type))
+    assert failures[ids["restore"]] == [
+        ("TrainingError", "RECOVER", "builtins.ValueError"),
+        ("RestoreError", "RETRY_RESTORE", "builtins.OSError"),
+        ("RestoreError", "RETRY_RESTORE", "builtins.OSError"),
+        ("RestoreError", "GIVE_UP", "builtins.OSError"),
+    ]
+    assert failures[ids["errored"]] == [("TrainingError", "RECOVER", "builtins.ValueError"),
+                                        ("TrainingError", "GIVE_UP", "builtins.ValueError")]
+    assert failures[ids["died"]] == [("ActorError", "RECOVER", "ray.exceptions.ActorDiedError")]
+    # Each attempt's node is the one its results name.
+    nodes = {e.event.node.node_ip for e in log_events(db, "faults")
+             if e.type_name == "TrialStarted"}
+    assert nodes and None not in nodes
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_ingesting_again_adds_nothing(version: str, tmp_path: Path) -> None:
+    folder = ray_folder(version, "faults", tmp_path / "faults")
+    first = ingest_json(folder)  # into the folder's own statemachine.db, as the callback would
+    assert first["log"] == f"sqlite:///{folder / 'statemachine.db'}"
+    before = log_events(folder / "statemachine.db", "faults")
+    again = ingest_json(folder)
+    assert again["epoch"] is None and again["events_added"] == 0
+    assert all(t["events_added"] == 0 for t in again["trials"])
+    assert log_events(folder / "statemachine.db", "faults") == before
+    with EventStore.open(folder / "statemachine.db", create=False) as store:
+        assert [s.kind for s in store.list_sessions("faults")] == ["ingest"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_resumed_experiment_adds_only_what_is_new(version: str, tmp_path: Path) -> None:
+    """Ingested right after the driver's SIGKILL, then again after Tuner.restore: the same
+    history as one ingest of the finished folder, with no event twice."""
+    folder = ray_folder(version, "crash-at-kill", tmp_path / "crash")
+    db = tmp_path / "incremental.db"
+    at_kill = ingest_json(folder, "--db", db)
+    assert at_kill["epoch"] == 1
+    assert sorted(t["status"] for t in at_kill["trials"]) == ["ERROR", "RUNNING"]
+    shutil.rmtree(folder)
+    ray_folder(version, "crash", folder)  # the same folder, after Tuner.restore
+    resumed = ingest_json(folder, "--db", db)
+    assert resumed["epoch"] == 2 and resumed["events_added"] > 0
+    assert log_trials(db, "crash") == ray_view(version, "crash")
+    fresh = ingest_json(folder, "--db", tmp_path / "fresh.db")
+    assert at_kill["events_added"] + resumed["events_added"] == fresh["events_added"]
+    events = log_events(db, "crash")
+    assert len({e.event_id for e in events}) == len(events)
+    assert sorted((e.trial_id, e.type_name, e.payload_json) for e in events) == sorted(
+        (e.trial_id, e.type_name, e.payload_json) for e in log_events(tmp_path / "fresh.db",
+                                                                      "crash"))
+    # The trial that ended ERROR before the kill was resumed (resume_errored=True).
+    errored = tags(folder)["e"]
+    types = [e.type_name for e in events if e.trial_id == errored]
+    assert types[types.index("TrialFailed") + 1] == "TrialReset"
+    assert run_cli("--db", db, "verify")[0] == 0
+    assert ingest_json(folder, "--db", db)["events_added"] == 0
