@@ -198,8 +198,8 @@ def plan_ingest(ray: RayExperiment, states: Mapping[str, TrialState], stored: Se
     starts = [s.start_time for s in ray.state_files if s.start_time is not None]
     default_time = min(starts) if starts else now
     hostnames: dict[str, str] = {}
-    for files in ray.trials.values():
-        for row in files.rows:
+    for trial in ray.trials.values():
+        for row in trial.rows:
             if row.node_ip and row.hostname:
                 hostnames.setdefault(row.node_ip, row.hostname)
     plans = []
