@@ -8,14 +8,15 @@ failures", in the same order, read from the text:
 1. the error's last exception line names one of this package's failures
    (``statemachine.domain.failures.RestoreError: builtins.OSError: ...``, raised by
    ``statemachine.tune.restoring()``): that failure, as it was raised;
-2. the exception's type (short or qualified name) is listed as fatal, or is Tune's
-   ``_AbortTrialExecution``: :class:`AbortError`;
+2. the exception's type (or a base class of a Python exception, short or qualified name)
+   is listed as fatal, or is Tune's ``_AbortTrialExecution``: :class:`AbortError` (the bases
+   of a user's own exception class are not in the text: only its name counts);
 3. raised while restoring: ``phase`` is ``RESTORING``, or the text says so (Ray's header
    ``ray::<Trainable>.restore()``, or a frame in ``restore``, ``load_checkpoint`` or
    ``restoring()``): :class:`RestoreError`;
 4. an actor death (``The actor died ...``, ``RayActorError``, ``ActorDiedError``,
-   ``ActorUnavailableError``): :class:`ActorError`, preempted when the text says the node
-   was preempted;
+   ``ActorUnavailableError``): :class:`ActorError`, preempted when Ray's text says the actor's
+   node was preempted (:func:`preempted_text`);
 5. anything else: :class:`TrainingError` of the last exception line's type.
 
 Pure: no Ray, no I/O. Type names are qualified as :func:`~statemachine.domain.classify.
@@ -39,7 +40,8 @@ from statemachine.domain.failures import (
 )
 from statemachine.domain.status import Status
 
-__all__ = ["ErrorText", "classify_text", "parse_error_text", "strip_ansi"]
+__all__ = ["ErrorText", "classify_text", "names_of", "parse_error_text", "preempted_text",
+           "strip_ansi"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 #: Ray's first line of a remote error: ``ray::Flaky.train() (pid=9633, ip=10.0.0.2, ...)``.
@@ -59,6 +61,11 @@ _ACTOR_OPENINGS = (
     ("The actor experienced an error", "ray.exceptions.RayActorError"),
 )
 _ABORT = "ray.tune.error._AbortTrialExecution"
+#: What Ray's own messages say of an actor whose node was preempted (its GCS and raylet, 2.40
+#: to 2.60). Not a bare "preempted": Ray's message for any dead node says it "can happen if
+#: the node was preempted".
+_PREEMPTED = re.compile(r"the actor's node was preempted|Actor died by preemption|"
+                        r"failed due to node preemption", re.IGNORECASE)
 _FAILURES_MODULE = "statemachine.domain.failures"
 
 
@@ -144,6 +151,24 @@ def parse_error_text(text: str) -> ErrorText:
     return ErrorText(clean, call, exception_type, message, restoring, actor_type)
 
 
+def names_of(type_name: str) -> set[str]:
+    """The names a fatal type list may give for ``type_name``: it and its bases, short and
+    qualified. The bases are known for Python's own exceptions (``TimeoutError`` is an
+    ``OSError``); a user's exception is known by its own name only."""
+    names = {type_name, type_name.rsplit(".", 1)[-1]}
+    module, _, short = type_name.rpartition(".")
+    found = getattr(builtins, short, None) if module == "builtins" else None
+    if isinstance(found, type) and issubclass(found, BaseException):
+        for cls in found.__mro__:
+            names.update((cls.__qualname__, f"{cls.__module__}.{cls.__qualname__}"))
+    return names
+
+
+def preempted_text(text: str) -> bool:
+    """Whether an actor death's text says its node was preempted (Ray's own words)."""
+    return _PREEMPTED.search(text) is not None
+
+
 def _carried(parsed: ErrorText) -> TrialError | None:
     """Rule 1: the text's last exception is one of this package's typed failures."""
     name = parsed.exception_type
@@ -161,7 +186,7 @@ def _carried(parsed: ErrorText) -> TrialError | None:
         message = ""
     cls = FAILURE_KINDS[kind]
     if cls is ActorError:
-        return ActorError(cause, message, parsed.text, preempted="preempt" in parsed.text.lower())
+        return ActorError(cause, message, parsed.text, preempted=preempted_text(parsed.text))
     return cls(cause, message, parsed.text)
 
 
@@ -181,12 +206,11 @@ def classify_text(
     cause_type = parsed.exception_type or parsed.actor_type or "unknown"
     message = parsed.message
     fatal = set(fatal_types) | {_ABORT}
-    names = {cause_type, cause_type.rsplit(".", 1)[-1]}
-    if names & fatal:
+    if names_of(cause_type) & fatal:
         return AbortError(cause_type, message, parsed.text)
     if phase is Status.RESTORING or parsed.restoring:
         return RestoreError(cause_type, message, parsed.text)
     if parsed.actor_type is not None:
-        preempted = "preempt" in parsed.text.lower()
-        return ActorError(parsed.actor_type, message, parsed.text, preempted=preempted)
+        return ActorError(parsed.actor_type, message, parsed.text,
+                          preempted=preempted_text(parsed.text))
     return TrainingError(cause_type, message, parsed.text)

@@ -347,6 +347,8 @@ def test_every_command_reads_an_ingested_log(
         assert run.exit_code == 0, (args, run.stderr)
     show = " ".join(invoke("--db", db, "show", trial).stdout.split())
     assert "trial-replay ingest of Ray's files" in show and note in show
+    # Ray's times are whole seconds: shown with their milliseconds, as any other time.
+    assert ".000 " in show and "+00:" not in show
     explain = invoke("--db", db, "explain", trial)
     assert note in " ".join(explain.stdout.split())
     for command in ("show", "explain"):
