@@ -89,3 +89,23 @@ def log_events(db: Path | str, experiment: str) -> list[Any]:
 def _no_log_url(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("STATEMACHINE_DB_URL", raising=False)
 
+
+
+def assert_agrees_with_ray(folder: Path, db: Path | str, experiment: str,
+                           view: dict[str, list[Any]]) -> None:
+    """The log holds Ray's view of every trial (status, num_failures), one ``TrialFailed``
+    per ``Failure #`` header, every checkpoint folder as a ``CheckpointSaved``; it verifies,
+    and ingesting the folder again adds nothing."""
+    from collections import Counter
+
+    assert log_trials(db, experiment) == view
+    events = log_events(db, experiment)
+    failed = Counter(e.trial_id for e in events if e.type_name == "TrialFailed")
+    assert dict(failed) == {t: n for t, n in headers(folder).items() if n}
+    saved = {e.event.checkpoint for e in events if e.type_name == "CheckpointSaved"}
+    assert {str(p) for p in folder.glob("*/checkpoint_*")} <= saved
+    code, out, err = run_cli("--db", db, "verify")
+    assert code == 0, out + err
+    again = ingest_json(folder, "--db", db, "--name", experiment)
+    assert again["events_added"] == 0 and again["epoch"] is None
+    assert log_events(db, experiment) == events

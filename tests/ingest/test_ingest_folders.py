@@ -5,7 +5,6 @@ re-ingesting adds nothing, a resumed experiment adds only what is new."""
 from __future__ import annotations
 
 import shutil
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from statemachine.log import EventStore
 from tests.ingest.conftest import (
     VERSIONS,
-    headers,
+    assert_agrees_with_ray,
     ingest_json,
     log_events,
     log_trials,
@@ -36,16 +35,7 @@ def test_the_log_agrees_with_rays_view(version: str, name: str, tmp_path: Path) 
     assert {t["trial_id"]: [t["ray_status"], t["ray_num_failures"]]
             for t in report["trials"]} == ray_view(version, name)
     assert all(t["disagreement"] is None and not t["not_added"] for t in report["trials"])
-    events = log_events(db, name)
-    # One TrialFailed per "Failure #" header of error.txt.
-    failed = Counter(e.trial_id for e in events if e.type_name == "TrialFailed")
-    assert dict(failed) == {t: n for t, n in headers(folder).items() if n}
-    # Every checkpoint folder on disk is a recorded checkpoint, by its path.
-    saved = {e.event.checkpoint for e in events if e.type_name == "CheckpointSaved"}
-    assert {str(p) for p in folder.glob("*/checkpoint_*")} <= saved
-    # The reconstructed history folds: every recorded decision replays.
-    code, out, err = run_cli("--db", db, "verify")
-    assert code == 0, out + err
+    assert_agrees_with_ray(folder, db, name, ray_view(version, name))
 
 
 @pytest.mark.parametrize("version", VERSIONS)
