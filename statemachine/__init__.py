@@ -9,6 +9,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from statemachine.domain.classify import classify
+from statemachine.domain.classify_text import classify_text
 from statemachine.domain.compiled import apply_compiled, fold_compiled
 from statemachine.domain.events import (
     EVENT_TYPES,
@@ -61,10 +62,13 @@ from statemachine.exceptions import (
     ExportDivergedError,
     ExportFormatError,
     FencedError,
+    IngestError,
     InvalidTransitionError,
     LogSyncError,
     NotAnEventLogError,
+    NotARayExperimentError,
     PolicyError,
+    RecordedByCallbackError,
     SchemaVersionError,
     StateMachineError,
     StoreError,
@@ -76,6 +80,7 @@ from statemachine.exceptions import (
 )
 
 if TYPE_CHECKING:
+    from statemachine.ingest import IngestResult, ingest_experiment
     from statemachine.log import (
         EventStore,
         ExperimentLog,
@@ -96,6 +101,8 @@ _LAZY = {
     "replay_experiment": "statemachine.log",
     "replay_trial": "statemachine.log",
     "verify": "statemachine.log",
+    "IngestResult": "statemachine.ingest",
+    "ingest_experiment": "statemachine.ingest",
     "EventLogCallback": "statemachine.tune",
 }
 
@@ -143,15 +150,19 @@ __all__ = [
     "ExportFormatError",
     "FencedError",
     "FirstResult",
+    "IngestError",
+    "IngestResult",
     "InvalidTransitionError",
     "LogSyncError",
     "NodeAvoidanceDropped",
     "NodeRef",
     "NodeTally",
     "NodesAvoided",
+    "NotARayExperimentError",
     "NotAnEventLogError",
     "PolicyError",
     "PolicySet",
+    "RecordedByCallbackError",
     "RestoreError",
     "RestorePhase",
     "RestoreSucceeded",
@@ -184,10 +195,12 @@ __all__ = [
     "apply",
     "apply_compiled",
     "classify",
+    "classify_text",
     "decode_event",
     "encode_event",
     "fold",
     "fold_compiled",
+    "ingest_experiment",
     "replay_experiment",
     "replay_trial",
     "tally_nodes",

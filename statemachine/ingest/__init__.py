@@ -11,6 +11,6 @@ checkpoints and failures in order, turned into domain events through the fold),
 None of them imports Ray.
 """
 
-from statemachine.ingest.run import IngestResult, default_log, ingest
+from statemachine.ingest.run import IngestResult, default_log, ingest_experiment
 
-__all__ = ["IngestResult", "default_log", "ingest"]
+__all__ = ["IngestResult", "default_log", "ingest_experiment"]

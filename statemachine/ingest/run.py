@@ -1,4 +1,4 @@
-"""``ingest``: read a Ray experiment folder and record its reconstructed history in a log.
+"""``ingest_experiment``: read a Ray experiment folder, record its reconstructed history.
 
 The steps, each refusing before anything is written: read the folder (not a Ray experiment:
 :class:`~statemachine.exceptions.NotARayExperimentError`), refuse an experiment the
@@ -43,7 +43,7 @@ from statemachine.log.remote import is_storage_uri
 from statemachine.log.store import refuse_foreign_target, remove_new_event_log, schema_revision
 from statemachine.log_location import DEFAULT_LOG_FILENAME
 
-__all__ = ["IngestResult", "default_log", "ingest"]
+__all__ = ["IngestResult", "default_log", "ingest_experiment"]
 
 Warn = Callable[[str], None]
 
@@ -156,8 +156,8 @@ def _refuse_folder_log(folder: ExperimentFolder, ray: RayExperiment, names: set[
         warn(f"{where} was not read ({exc}); it is not taken as the callback's log")
 
 
-def ingest(location: str, *, db: str | None = None, name: str | None = None,
-           warn: Warn = lambda _: None, now: float | None = None) -> IngestResult:
+def ingest_experiment(location: str, *, db: str | None = None, name: str | None = None,
+                      warn: Warn = lambda _: None, now: float | None = None) -> IngestResult:
     """Ingest the Ray experiment folder ``location`` (a path or a storage URI) into the log
     ``db`` (default: :func:`default_log`) as experiment ``name`` (default: the folder's name).
 

@@ -129,3 +129,24 @@ def test_event_ids_come_from_the_source() -> None:
     assert first == event_id("a1_00000", "failure@1:1:2026-12-02_05-16-39")
     assert first != event_id("a1_00001", "failure@1:1:2026-12-02_05-16-39")
     assert first.startswith("ray-") and len(first) == 44
+
+
+def test_ingest_runs_without_ray_or_pyarrow(tmp_path: Path) -> None:
+    """On a laptop with neither installed: the reader, the reconstruction and the writer."""
+    import subprocess
+    import sys
+
+    folder = ray_folder(VERSIONS[-1], "faults", tmp_path / "faults")
+    code = (
+        "import sys\n"
+        "sys.modules['ray'] = None\n"
+        "sys.modules['pyarrow'] = None\n"
+        "from statemachine.cli.app import main\n"
+        f"code = main(['ingest', {str(folder)!r}, '--db', {str(tmp_path / 'log.db')!r}])\n"
+        "assert not any(m.startswith(('ray.', 'pyarrow.')) for m in sys.modules), 'imported'\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[2], timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Ingested" in done.stdout

@@ -8,8 +8,7 @@ from typing import Any
 import click
 
 from statemachine.cli.output import Column, Output, json_option, wide_option
-from statemachine.ingest import IngestResult
-from statemachine.ingest import ingest as run_ingest
+from statemachine.ingest import IngestResult, ingest_experiment
 
 
 @click.command("ingest")
@@ -27,7 +26,7 @@ def ingest(out: Output, folder: str, name: str | None, as_json: bool) -> int:
     ~/ray_results/<name>/ for s3://...). Every view then says the history is reconstructed
     and what it cannot know. Running it again after the experiment went on adds only what
     is new; an experiment the callback recorded is refused (its log is complete)."""
-    result = run_ingest(folder, db=out.db, name=name, warn=out.warn)
+    result = ingest_experiment(folder, db=out.db, name=name, warn=out.warn)
     if as_json:
         out.json(result.to_dict())
         return out.exit_code
