@@ -8,15 +8,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True)
-class ResultRow:
-    """One line of a trial's ``result.json`` (the fields an ingest reads; ``None``: absent).
+class ResultRow(NamedTuple):
+    """One line of a trial's ``result.json`` (the fields an ingest reads; ``None``: absent
+    or not of the type Ray writes).
 
     ``line`` is its 1-based line number; ``timestamp`` is Ray's ``timestamp`` (whole seconds
-    since the epoch, from the trial's process).
+    since the epoch, from the trial's process). A named tuple: one is made per result.
     """
 
     line: int

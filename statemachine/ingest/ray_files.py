@@ -38,6 +38,7 @@ __all__ = [
     "parse_state_file",
 ]
 
+_DECODER = json.JSONDecoder()
 #: How Ray writes local times (``ray.tune.utils.util.date_str``).
 STAMP_FORMAT = "%Y-%m-%d_%H-%M-%S"
 _STAMP = r"\d{4}-\d{2}-\d{2}_\d{2}-\d{2}-\d{2}"
@@ -161,21 +162,27 @@ def utc_offset(local_stamp: str, epoch_seconds: float) -> float | None:
 
 
 def _row(line: int, data: dict[str, Any]) -> ResultRow:
+    # Inlined type checks: one row per result, the reader's hottest loop.
+    get = data.get
+    iteration, since, pid = (get("training_iteration"), get("iterations_since_restore"),
+                             get("pid"))
+    stamp: Any = get("timestamp")
+    ip, host, name, tid, date = (get("node_ip"), get("hostname"), get("checkpoint_dir_name"),
+                                 get("trial_id"), get("date"))
+    restored: Any = get("time_since_restore")
     return ResultRow(
-        line=line,
-        iteration=_int(data.get("training_iteration"), -1) if "training_iteration" in data
-        else None,
-        since_restore=_int(data.get("iterations_since_restore"), -1)
-        if "iterations_since_restore" in data else None,
-        timestamp=_number(data.get("timestamp")),
-        pid=_int(data.get("pid"), -1) if isinstance(data.get("pid"), int) else None,
-        node_ip=_text(data.get("node_ip")),
-        hostname=_text(data.get("hostname")),
-        done=data.get("done") is True,
-        checkpoint_dir_name=_text(data.get("checkpoint_dir_name")),
-        time_since_restore=_number(data.get("time_since_restore")),
-        trial_id=_text(data.get("trial_id")),
-        date=_text(data.get("date")),
+        line,
+        iteration if type(iteration) is int else None,
+        since if type(since) is int else None,
+        float(stamp) if type(stamp) in (int, float) else None,
+        pid if type(pid) is int else None,
+        ip if type(ip) is str else None,
+        host if type(host) is str else None,
+        get("done") is True,
+        name if type(name) is str else None,
+        float(restored) if type(restored) in (int, float) else None,
+        tid if type(tid) is str else None,
+        date if type(date) is str else None,
     )
 
 
@@ -184,17 +191,22 @@ def parse_result_lines(data: bytes) -> tuple[list[ResultRow], int, int]:
     duplicates of an earlier line (dropped)."""
     rows: list[ResultRow] = []
     broken = duplicates = 0
-    seen: set[bytes] = set()
-    for number, raw in enumerate(data.splitlines(), 1):
-        if not raw.strip():
+    seen: set[str] = set()
+    decode = _DECODER.raw_decode
+    text = data.decode("utf-8", "surrogateescape")  # a bad byte breaks its line only
+    for number, raw in enumerate(text.splitlines(), 1):
+        raw = raw.strip()
+        if not raw:
             continue
         if raw in seen:
             duplicates += 1
             continue
         seen.add(raw)
         try:
-            value = json.loads(raw)
-        except (UnicodeDecodeError, ValueError):
+            value, end = decode(raw)
+            if end != len(raw):
+                raise ValueError("extra data")
+        except ValueError:
             broken += 1
             continue
         if not isinstance(value, dict):

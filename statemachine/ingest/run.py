@@ -36,6 +36,7 @@ from statemachine.ingest.writer import (
     refuse_rewritten,
 )
 from statemachine.log import EventStore
+from statemachine.log.bulk import collector_paused
 from statemachine.log.dialect import database_file
 from statemachine.log.engine import describe, to_url
 from statemachine.log.records import check_storable, storable_name
@@ -166,7 +167,8 @@ def ingest_experiment(location: str, *, db: str | None = None, name: str | None 
     written.
     """
     folder = open_folder(location)
-    ray = read_experiment(folder, warn)
+    with collector_paused():  # values only, no cycles: see statemachine.log.bulk
+        ray = read_experiment(folder, warn)
     experiment = check_storable(name or storable_name(ray.name), "experiment name")
     refuse_rewritten(ray)
     target = _target(db, folder, experiment)
@@ -179,8 +181,9 @@ def ingest_experiment(location: str, *, db: str | None = None, name: str | None 
         with EventStore.open(target, create=True) as store:
             view = log_view(store, experiment)
         refuse_recorded(view, experiment, describe(to_url(target)), target)
-    plan = plan_ingest(ray, view.states, view.event_ids,
-                       now=time.time() if now is None else now)
+    with collector_paused():
+        plan = plan_ingest(ray, view.states, view.event_ids,
+                           now=time.time() if now is None else now)
     result = IngestResult(experiment, ray.label, describe(to_url(target)), None, not existed,
                           plan, ray)
     if not plan.events():
