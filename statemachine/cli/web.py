@@ -15,7 +15,7 @@ import hashlib
 import html
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -39,6 +39,7 @@ from statemachine.exceptions import StateMachineError
 if TYPE_CHECKING:
     from statemachine.cli.output import Output
     from statemachine.log import EventStore
+    from statemachine.log.records import SessionInfo
 
 __all__ = ["POLL_SECONDS", "Pages", "make_server"]
 
@@ -170,7 +171,7 @@ class Pages:
         return _page(f"trial-replay: {name} / {trial_id}", body)
 
 
-def _reconstructed(sessions: Any, epochs: Any = None) -> str:
+def _reconstructed(sessions: Iterable[SessionInfo], epochs: Iterable[int] | None = None) -> str:
     """The paragraph saying the history shown was reconstructed from Ray's files (or "")."""
     note = reconstructed_note(sessions, epochs)
     return f'<p class="reconstructed">{_e(note)}</p>' if note else ""
