@@ -109,3 +109,29 @@ def test_a_resumed_experiment_adds_only_what_is_new(version: str, tmp_path: Path
     assert types[types.index("TrialFailed") + 1] == "TrialReset"
     assert run_cli("--db", db, "verify")[0] == 0
     assert ingest_json(folder, "--db", db)["events_added"] == 0
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_an_error_file_that_reached_storage_late(version: str, tmp_path: Path) -> None:
+    """After a SIGKILL Ray's error.txt can lag behind its saved state (it is copied from the
+    driver's staging folder later): the log adopts Ray's count and names the disagreement;
+    once the file is there, the next ingest adds the failure and agrees with Ray."""
+    folder = ray_folder(version, "crash-at-kill", tmp_path / "crash")
+    errored = tags(folder)["e"]
+    (error,) = folder.glob(f"*{errored}*/error.txt")
+    error.unlink()
+    db = tmp_path / "log.db"
+    trial = next(t for t in ingest_json(folder, "--db", db)["trials"]
+                 if t["trial_id"] == errored)
+    assert (trial["num_failures"], trial["ray_num_failures"]) == (1, 1)
+    assert trial["disagreement"] == "status RUNNING, Ray's ERROR"
+    adopted = [e.event for e in log_events(db, "crash")
+               if e.trial_id == errored and e.type_name == "CountersAdopted"]
+    assert [a.failures for a in adopted] == [1] and "experiment state" in adopted[0].source
+    shutil.rmtree(folder)
+    ray_folder(version, "crash", folder)
+    ingest_json(folder, "--db", db)
+    assert log_trials(db, "crash") == ray_view(version, "crash")
+    types = [e.type_name for e in log_events(db, "crash") if e.trial_id == errored]
+    assert types.count("TrialFailed") == 1
+    assert run_cli("--db", db, "verify")[0] == 0
