@@ -180,3 +180,15 @@ def test_into_postgresql(pg_url: str, tmp_path: Path) -> None:
         assert [s.kind for s in store.list_sessions("crash")] == [INGEST_KIND]
         times = [e.recorded_at for e in store.read_experiment("crash")]
     assert times == sorted(times) and times[-1].year < 2100
+
+
+def test_progress_csv_when_result_json_is_missing(tmp_path: Path) -> None:
+    plain = ray_folder(NEWEST, "faults", tmp_path / "plain" / "faults")
+    ingest_json(plain, "--db", tmp_path / "plain.db")
+    folder = ray_folder(NEWEST, "faults", tmp_path / "faults")
+    for rows in folder.glob("*/result.json"):
+        rows.unlink()
+    ingest_json(folder, "--db", tmp_path / "csv.db")
+    assert log_trials(tmp_path / "csv.db", "faults") == ray_view(NEWEST, "faults")
+    assert [(t, n) for t, n, _ in _payloads(tmp_path / "csv.db", "faults")] == \
+        [(t, n) for t, n, _ in _payloads(tmp_path / "plain.db", "faults")]
