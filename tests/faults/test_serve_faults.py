@@ -228,7 +228,7 @@ def test_foreign_hosts_are_refused_and_every_answer_has_security_headers(
                 assert "x-content-type-options" in asset.headers
     assert folder_state(db.parent) == before
     reliability(Figures(
-        scenario="serve: another site's page (DNS rebinding)",
+        scenario="Serve: another site's page (DNS rebinding)",
         injected=f"{len(foreign)} foreign Host headers (evil.example, a look-alike of "
                  "127.0.0.1 and localhost, another address, none) on every page and "
                  "/api/version; 6 spellings of the loopback names (test_serve_faults.py)",
@@ -255,6 +255,18 @@ def test_a_non_loopback_bind_warns_and_still_checks_hosts(tmp_path: Path) -> Non
     assert line.startswith("trial-replay: warning: serving on 0.0.0.0"), line
     assert "no authentication" in line and "anyone" in line, line
     assert line.count("\n") == 1
+
+
+def test_allow_host_adds_a_name(tmp_path: Path) -> None:
+    """``--allow-host`` (a DNS name or a proxy in front): that name is served too, in any
+    case, others still refused with a line saying how to add one."""
+    with serving(fixture_copy(tmp_path), "--allow-host", "Replay.Example.") as served:
+        assert request(served.port, "/", host=f"replay.example:{served.port}").status == 200
+        assert request(served.port, "/", host="REPLAY.EXAMPLE").status == 200
+        assert request(served.port, "/", host=f"localhost:{served.port}").status == 200
+        refused = request(served.port, "/", host=f"other.example:{served.port}")
+    assert refused.status == 421
+    assert "replay.example" in refused.body and "--allow-host" in refused.body
 
 
 def test_idle_and_half_sent_connections_are_closed_and_starve_nothing(
@@ -291,7 +303,7 @@ def test_idle_and_half_sent_connections_are_closed_and_starve_nothing(
             for s in idle:
                 s.close()
     reliability(Figures(
-        scenario="serve: idle connections",
+        scenario="Serve: idle connections",
         injected="200 connections held open, half sending nothing, half half a request "
                  "head; one page request meanwhile (test_serve_faults.py)",
         times=200, events_written=events_in(db), events_lost=0, duplicates=0,
@@ -369,8 +381,8 @@ def test_a_slow_page_does_not_hold_up_other_requests(
         f"the big page ({slow['seconds']:.1f} s) was done before the small requests were "
         f"answered ({waits}): they waited for it")
     reliability(Figures(
-        scenario="serve: one slow page",
-        injected=f"the page of a {big}-event experiment requested; meanwhile 3 polls and 3 "
+        scenario="Serve: one slow page",
+        injected=f"the page of a {big:,}-event experiment requested; meanwhile 3 polls and 3 "
                  "trial pages (test_serve_faults.py)",
         times=3, events_written=events_in(db) + big, events_lost=0, duplicates=0,
         verify=f"the 6 small requests answered while the page was built (poll + trial "
@@ -419,7 +431,7 @@ def test_a_deleted_log_answers_503_and_the_pages_come_back_with_it(
     assert len(said) == 1, served.stderr
     assert any("readable again" in line for line in served.stderr), served.stderr
     reliability(Figures(
-        scenario="serve: the log deleted while serving",
+        scenario="Serve: the log deleted while serving",
         injected="the SQLite file moved away while serving (--db the file, --db its "
                  "folder), then moved back (test_serve_faults.py)",
         times=2, events_written=events_in(db), events_lost=0, duplicates=0,
@@ -442,7 +454,7 @@ def test_a_swapped_or_corrupted_log_answers_503_and_recovers(
         "a text file": (b"not a database\n", "is not a statemachine event log"),
         "another application's database": (other.read_bytes(),
                                            "is not a statemachine event log"),
-        "the first half of the log": (good[: len(good) // 2], "event log"),
+        "the first half of the log": (good[: len(good) // 2], "malformed"),
     }
     with serving(db) as served:
         for what, (content, reason) in swaps.items():
@@ -458,7 +470,7 @@ def test_a_swapped_or_corrupted_log_answers_503_and_recovers(
             os.replace(restored, db)
             assert_served(served.port)
     reliability(Figures(
-        scenario="serve: the log swapped while serving",
+        scenario="Serve: the log swapped while serving",
         injected="the file replaced (rename over it) by a text file, another application's "
                  "database, its own first half; then the real log put back "
                  "(test_serve_faults.py)",
@@ -530,9 +542,10 @@ def test_markup_in_every_field_is_escaped_on_every_page(
         assert in_path not in answer.body and html.escape(in_path, quote=True) in answer.body
         assert_no_markup_from_the_log(answer.body, "503")
     reliability(Figures(
-        scenario="serve: markup in every field",
-        injected="<script>, an onerror image, an onload SVG, quotes and an entity in the "
-                 "experiment name, trial id, config, error type and message, checkpoint, "
+        scenario="Serve: markup in every field",
+        injected="a script element, an image with onerror, an SVG with onload, quotes and "
+                 "an entity in the experiment name, trial id, config, error type and message, "
+                 "checkpoint, "
                  "host name and the log's folder; every page, a 404 and a 503 "
                  "(test_serve_faults.py)",
         times=len(pages) + 1, events_written=written, events_lost=0, duplicates=0,

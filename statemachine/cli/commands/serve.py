@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import webbrowser
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,9 +16,6 @@ from statemachine.cli.output import Output
 from statemachine.cli.reading import require_experiment
 from statemachine.cli.web import Pages
 from statemachine.cli.web.pages import STATIC_PATH
-from statemachine.cli.web.routes import build_app
-from statemachine.cli.web.server import listen, run, shown_url
-from statemachine.cli.web.transport import allowed_hosts, guarded, is_loopback, is_wildcard
 
 if TYPE_CHECKING:
     from statemachine.log import EventStore
@@ -42,6 +40,10 @@ def serve(
     """Serve the timeline and each trial's explanation as local web pages that reload
     themselves while the experiment runs (until interrupted, Ctrl-C). EXPERIMENT (default:
     the only one in the log) is the first page; the others are a click away."""
+    # Starlette and uvicorn are imported here: every other command starts without them.
+    from statemachine.cli.web.routes import build_app
+    from statemachine.cli.web.server import listen, run, shown_url
+    from statemachine.cli.web.transport import allowed_hosts, guarded, is_loopback, is_wildcard
     from statemachine.log.remote import is_storage_uri
 
     # Resolved once: a log deleted while serving is then "no event log at PATH" (503).
@@ -58,8 +60,9 @@ def serve(
     try:
         sock = listen(host, port)
     except OSError as exc:
-        raise BadInput(f"cannot listen on {host}:{port}: {exc.strerror or exc}; "
-                       "pass another --port (0: any free port)") from None
+        fix = ("check --host" if isinstance(exc, socket.gaierror)
+               else "pass another --port (0: any free port)")
+        raise BadInput(f"cannot listen on {host}:{port}: {exc.strerror or exc}; {fix}") from None
     bound = str(sock.getsockname()[0])
     allowed = allowed_hosts(host, bound, allow_hosts)
     app = guarded(build_app(Pages(opened, out), out.note), allowed, STATIC_PATH)

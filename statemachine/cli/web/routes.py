@@ -18,8 +18,8 @@ of a big log holds its rows in memory); JSON answers have their own.
 
 How a failure answers, for pages (HTML) and JSON (``{"error": "..."}``) alike:
 
-- :class:`~statemachine.cli.web.pages.NotFound` (no such experiment or trial, no such path):
-  404;
+- :class:`~statemachine.cli.web.pages.NotFound` (no such experiment or trial, no such path,
+  also the store's own ``UnknownExperimentError``/``UnknownTrialError``): 404;
 - :class:`~statemachine.exceptions.StateMachineError` (the log missing, replaced by something
   that is not an event log, corrupted, newer than this code, its server unreachable): 503
   with the one-line reason, said once on stderr until the log can be read again;
@@ -47,13 +47,19 @@ from starlette.staticfiles import StaticFiles
 
 from statemachine.cli.safe_text import one_line
 from statemachine.cli.web.pages import STATIC_PATH, NotFound, Pages, error_page
-from statemachine.exceptions import StateMachineError
+from statemachine.exceptions import (
+    StateMachineError,
+    UnknownExperimentError,
+    UnknownTrialError,
+)
 
 __all__ = ["PAGE_BUILDS", "Availability", "build_app", "html_endpoint", "json_endpoint",
            "path_segments", "routes"]
 
 #: How many pages are built at once (more wait for a thread; JSON answers do not).
 PAGE_BUILDS = 4
+#: A name the log does not hold (also when it went between the page's check and its read).
+_NOT_FOUND = (NotFound, UnknownExperimentError, UnknownTrialError)
 
 Segments = list[str]
 Endpoint = Callable[[Request], Any]
@@ -115,7 +121,7 @@ def html_endpoint(app: _App, build: Callable[[Pages, Segments], str]) -> Endpoin
     async def endpoint(request: Request) -> Response:
         try:
             page = await app.build(build, path_segments(request), app.page_builds)
-        except NotFound as exc:
+        except _NOT_FOUND as exc:
             return HTMLResponse(error_page("not found", str(exc)), status_code=404)
         except StateMachineError as exc:
             reason = app.unavailable(exc)
@@ -132,7 +138,7 @@ def json_endpoint(app: _App, build: Callable[[Pages, Segments], Any]) -> Endpoin
     async def endpoint(request: Request) -> Response:
         try:
             data = await app.build(build, path_segments(request), None)
-        except NotFound as exc:
+        except _NOT_FOUND as exc:
             return JSONResponse({"error": one_line(exc)}, status_code=404)
         except StateMachineError as exc:
             return JSONResponse({"error": app.unavailable(exc)}, status_code=503,
