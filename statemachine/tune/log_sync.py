@@ -8,6 +8,13 @@ storage holding a consistent copy of it:
   than the local one (or there is no local one: a new head node after ``Tuner.restore``), it
   is downloaded first, so the callback reconciles Ray's trials with the newest counters. A
   failed download raises (the log is not opened, and so never uploaded over a good copy).
+- Only copies of the same log are compared: every log has an identity (a random id written
+  when its experiment is created, and where the experiment is stored), and a copy on storage
+  whose identity differs from the local log's is refused with one line naming both
+  (:class:`~statemachine.exceptions.LogCopyRefusedError`): it is neither adopted nor
+  replaced, and nothing is uploaded over it. So is a torn copy (its size against its SQLite
+  header, its checksum against the manifest written beside it at upload:
+  :mod:`statemachine.log.copy_check`) and a folder where the copy should be.
 - :meth:`LogSync.request` asks for an upload (after a failure and its decision, with each of
   Tune's experiment checkpoints). It returns at once: a background thread takes a consistent
   copy (SQLite's backup API) and uploads it under a temporary name moved over the old copy.
@@ -29,9 +36,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from statemachine.exceptions import LogSyncError, StoreError
+from statemachine.exceptions import LogCopyRefusedError, LogSyncError, StoreError
+from statemachine.log.copy_check import CopyManifest, manifest_for
 from statemachine.log.remote import RemoteFile
-from statemachine.log.sqlite_copy import consistent_copy, log_progress
+from statemachine.log.sqlite_copy import LogFacts, LogIdentity, consistent_copy, log_facts
 
 logger = logging.getLogger(__name__)
 
@@ -58,34 +66,39 @@ class UploadStats:
     """Size of the last copy uploaded."""
 
 
-def bring_newest(local: Path, remote: RemoteFile) -> str | None:
+def bring_newest(local: Path, remote: RemoteFile, experiment: str | None = None) -> str | None:
     """Make ``local`` the newest of the local log and the one on storage; says what it did.
 
     The newer log is the one with the later driver session, then more events
-    (:class:`~statemachine.log.sqlite_copy.LogProgress`). A local log that is replaced is kept
-    beside it (``statemachine.db.replaced-<UTC time>``), never deleted. Returns a message when
-    the storage's copy was taken, ``None`` when the local one stays. Raises
-    :class:`LogSyncError` when the storage cannot be read.
+    (:class:`~statemachine.log.sqlite_copy.LogProgress`), of two copies of the same log: a
+    copy whose identity (of ``experiment``) differs from the local log's, a torn one, or one
+    that is not an event log raises :class:`LogCopyRefusedError` and changes nothing. A
+    local log that is replaced is kept beside it (``statemachine.db.replaced-<UTC time>``),
+    never deleted. Returns a message when the storage's copy was taken, ``None`` when the
+    local one stays. Raises :class:`LogSyncError` when the storage cannot be read.
     """
     local.parent.mkdir(parents=True, exist_ok=True)
     fetched = local.with_name(f"{local.name}.download-{uuid.uuid4().hex[:12]}")
     try:
-        if not remote.download(fetched):
+        if not remote.download_checked(fetched):
             return None
         try:
-            theirs = log_progress(fetched)
+            theirs = log_facts(fetched, check_pages=True)
         except StoreError as exc:
-            raise LogSyncError(
+            raise LogCopyRefusedError(
                 f"the event log copy at {remote.label} is not a readable event log ({exc}); "
                 "move it away to keep the local log"
             ) from exc
         if local.exists():
             try:
-                ours = log_progress(local)
+                ours: LogFacts | None = log_facts(local)
             except StoreError:
                 ours = None  # unreadable: the storage's copy is the better one
-            if ours is not None and ours >= theirs:
-                return None
+            if ours is not None:
+                refuse_another_log(ours.identity(experiment), theirs.identity(experiment),
+                                   local, remote)
+                if ours.progress >= theirs.progress:
+                    return None
             aside = _move_aside(local)
             os.replace(fetched, local)
             return (f"the event log at {remote.label} is newer than the local copy: using it "
@@ -95,6 +108,19 @@ def bring_newest(local: Path, remote: RemoteFile) -> str | None:
     finally:
         for leftover in (fetched, fetched.with_name(fetched.name + "-journal")):
             leftover.unlink(missing_ok=True)
+
+
+def refuse_another_log(ours: LogIdentity | None, theirs: LogIdentity | None, local: Path,
+                       remote: RemoteFile) -> None:
+    """Raise :class:`LogCopyRefusedError` (one line naming both) when the copy on storage
+    and the local log are not copies of the same log."""
+    if ours is None or theirs is None or ours.same_log(theirs):
+        return
+    raise LogCopyRefusedError(
+        f"the event log copy at {remote.label} ({theirs.describe()}) is another log than the "
+        f"local one at {local} ({ours.describe()}): neither was used, replaced or uploaded "
+        "over; move one of them away to use the other"
+    )
 
 
 def _move_aside(local: Path) -> Path:
@@ -121,10 +147,21 @@ class LogSync:
         cooldown_s: after ``attempts`` failed ones, how long until the next try.
     """
 
-    def __init__(self, local: Path, remote: RemoteFile, *, attempts: int = 3,
-                 backoff_s: float = 0.5, cooldown_s: float = 10.0) -> None:
+    def __init__(self, local: Path, remote: RemoteFile, *, experiment: str | None = None,
+                 storage_path: str | None = None, legacy: Path | None = None,
+                 attempts: int = 3, backoff_s: float = 0.5, cooldown_s: float = 10.0) -> None:
         self.local = local
         self.remote = remote
+        self.experiment = experiment
+        """The experiment whose log this is (its identity is the one compared)."""
+        self.storage_path = storage_path
+        """Where the experiment is stored, as its log records it."""
+        self.legacy = legacy
+        """Where an older statemachine kept this log (keyed by the experiment's name only):
+        taken over once when it is this experiment's (:func:`take_over_legacy`)."""
+        self._identity: LogIdentity | None = None
+        self.refused: str | None = None
+        """Why nothing more is uploaded (another log's copy is on storage)."""
         self.attempts = attempts
         self.backoff_s = backoff_s
         self.cooldown_s = cooldown_s
@@ -148,7 +185,12 @@ class LogSync:
         """Bring the newest log to ``local`` (once); raises :class:`LogSyncError` on failure."""
         if self.ready:
             return
-        message = bring_newest(self.local, self.remote)
+        if self.legacy is not None:
+            taken = take_over_legacy(self.legacy, self.local, self.experiment,
+                                     self.storage_path)
+            if taken:
+                logger.warning("statemachine: %s", taken)
+        message = bring_newest(self.local, self.remote, self.experiment)
         if message:
             logger.warning("statemachine: %s", message)
         try:
@@ -255,11 +297,18 @@ class LogSync:
                 self._cond.notify_all()
 
     def _upload_round(self) -> bool:
+        if self.refused is not None:
+            return False
         delay = self.backoff_s
         for attempt in range(1, self.attempts + 1):
             started = time.perf_counter()
             try:
                 self._upload_once()
+            except LogCopyRefusedError as exc:  # never retried: another log is there
+                self.stats.failures += 1
+                self.last_error = self.refused = str(exc)
+                logger.error("statemachine: %s", exc)
+                return False
             except (LogSyncError, StoreError, OSError) as exc:
                 self.stats.failures += 1
                 self.last_error = str(exc)
@@ -291,8 +340,48 @@ class LogSync:
         try:
             copy = folder / self.local.name
             self.stats.last_bytes = consistent_copy(self.local, copy)
-            self.remote.upload(copy)
+            if self._identity is None:  # it never changes once the log is open
+                self._identity = log_facts(copy).identity(self.experiment)
+            ours = self._identity
+            manifest = manifest_for(
+                copy, log_id=ours.log_id if ours else None,
+                experiment=ours.experiment if ours else self.experiment,
+                storage_path=ours.storage_path if ours else self.storage_path,
+            )  # fmt: skip
+            previous = self.remote.read_manifest()
+            if previous is not None and ours is not None:
+                refuse_another_log(ours, _identity_of(previous), self.local, self.remote)
+            self.remote.upload(copy, manifest, previous)
         finally:
             for item in folder.iterdir():
                 item.unlink(missing_ok=True)
             folder.rmdir()
+
+
+def _identity_of(manifest: CopyManifest) -> LogIdentity | None:
+    if manifest.experiment is None:
+        return None
+    return LogIdentity(manifest.experiment, manifest.log_id, manifest.storage_path)
+
+
+def take_over_legacy(legacy: Path, local: Path, experiment: str | None,
+                     storage_path: str | None) -> str | None:
+    """Copy the log an older statemachine kept at ``legacy`` (keyed by the experiment's
+    name only) to ``local`` (keyed by where it is stored), when ``local`` does not exist yet
+    and the legacy log records this same storage path; says what it did.
+
+    Another experiment's log of the same name is left where it is, untouched; so is the
+    legacy file (a consistent copy is taken: a driver may still write it).
+    """
+    if local.exists() or not legacy.is_file() or storage_path is None:
+        return None
+    try:
+        found = log_facts(legacy).identity(experiment)
+    except StoreError:
+        return None
+    if found is None or found.storage_path != storage_path:
+        return None
+    local.parent.mkdir(parents=True, exist_ok=True)
+    consistent_copy(legacy, local)
+    return (f"the local event log is now kept per storage location: {legacy} (written by an "
+            f"older statemachine) copied to {local}; the old file can be deleted")

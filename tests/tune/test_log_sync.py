@@ -126,10 +126,10 @@ class HeldRemote(RemoteFile):
         super().__init__(fs, path)
         self.uploading, self.release = threading.Event(), threading.Event()
 
-    def upload(self, local: Path) -> None:
+    def upload(self, local: Path, *args: Any) -> None:
         self.uploading.set()
         assert self.release.wait(30), "the test never released the upload"
-        super().upload(local)
+        super().upload(local, *args)
 
 
 def test_uploads_return_at_once_and_coalesce(tmp_path: Path) -> None:
@@ -164,9 +164,11 @@ def test_an_unchanged_log_is_not_uploaded_again_and_leftovers_are_removed(
     storage.parent.mkdir()
     leftover = storage.parent / ".statemachine.db.uploading-0123456789ab"
     leftover.write_bytes(b"half an upload of a killed driver")
+    half_manifest = storage.parent / ".statemachine.db.manifest.json.uploading-0123456789ab"
+    half_manifest.write_bytes(b'{"format": "statemac')
     sync = LogSync(local, RemoteFile(local_fs(), str(storage)))
     sync.prepare()
-    assert not leftover.exists()
+    assert not leftover.exists() and not half_manifest.exists()
     sync.request(7)
     assert sync.flush(timeout=30)
     sync.request(7)  # nothing written since: no upload
@@ -176,7 +178,8 @@ def test_an_unchanged_log_is_not_uploaded_again_and_leftovers_are_removed(
     sync.request()  # None: always
     assert sync.close(timeout=30)
     assert sync.stats.requests == 3
-    assert sorted(p.name for p in storage.parent.iterdir()) == ["statemachine.db"]
+    assert sorted(p.name for p in storage.parent.iterdir()) == [
+        "statemachine.db", "statemachine.db.manifest.json"]
 
 
 def test_a_failed_upload_is_retried_reported_and_recovers(
