@@ -23,7 +23,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +31,20 @@ import pytest
 
 from statemachine import CheckpointSaved, RetryPolicy, TrialAdded, TrialStarted
 from statemachine.exceptions import LogCopyRefusedError
-from statemachine.log import EventStore, ExperimentLog
+from statemachine.log import EventStore, ExperimentLog, verify
 from statemachine.log.remote import RemoteFile
 from statemachine.log.sqlite_copy import log_facts
 from statemachine.tune.log_sync import LogSync
-from tests.faults.faultkit import REPO, Figures, LogCount, check_log, run_cli
+from tests.faults.faultkit import (
+    REPO,
+    Figures,
+    LogCount,
+    captured,
+    check_log,
+    run_cli,
+    worker_pythonpath,
+)
+from tests.ray_support import running_ray
 from tests.s3_server import S3Server
 
 pytestmark = [pytest.mark.faults]
@@ -403,3 +412,91 @@ def test_an_uploader_killed_mid_upload_never_leaves_a_partial_copy(
         details={"seed": seed, "kills": seen, "unfinished_uploads_left": sum(
             s["unfinished_upload_left"] for s in seen)},
     )
+
+
+# ------------------------------------------------------------------ issue 23, item 1: Tune
+
+
+@pytest.fixture(scope="module")
+def ray_on_s3(s3_server: S3Server) -> Iterator[S3Server]:
+    """A real Ray whose workers (and this driver) reach the S3 server; shut down at the end."""
+    saved = {name: os.environ.get(name) for name in s3_server.env}
+    os.environ.update(s3_server.env)
+    try:
+        with running_ray(worker_pythonpath()):
+            yield s3_server
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def copy_on_storage(s3: S3Server, folder: str, scratch: Path) -> tuple[Path, set[str], list[int]]:
+    """The log copy in an ``s3://`` experiment folder: downloaded (checked), its trial ids
+    and its driver sessions' epochs."""
+    remote = RemoteFile(s3.filesystem(), f"{folder.removeprefix('s3://')}/statemachine.db")
+    local = scratch / f"{uuid.uuid4().hex}.db"
+    assert remote.download_checked(local), f"no log copy in {folder}"
+    with EventStore.open(local, create=False) as store:
+        trials = set(store.list_trials("exp"))
+        epochs = [s.epoch for s in store.list_sessions("exp")]
+    return local, trials, epochs
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_same_named_experiments_stored_in_two_places_keep_their_logs_apart(
+    ray_on_s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue's scenario on one machine: ``exp`` on bucket A (its trial fails once), then
+    another ``exp`` on bucket B, then ``Tuner.restore`` of A's. Each keeps its own local log
+    and its own copy; the restore continues A's log, adopting nothing from Ray."""
+    from ray import tune
+
+    from statemachine.tune import CheckpointConfig, EventLogCallback, FailureConfig, RunConfig
+    from tests.faults.fault_trainables import Steps
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # this machine's ~/ray_results
+    monkeypatch.delenv("STATEMACHINE_DB_URL", raising=False)
+    storage = {}
+    for side in ("a", "b"):
+        bucket = f"{side}-{uuid.uuid4().hex[:10]}"
+        ray_on_s3.make_bucket(bucket)
+        storage[side] = f"s3://{bucket}/exps"
+        (tmp_path / f"ctl-{side}").mkdir()
+
+    def run_config(side: str) -> Any:
+        return RunConfig(name="exp", storage_path=storage[side], verbose=0,
+                         callbacks=[EventLogCallback()],
+                         failure_config=FailureConfig(max_failures=0),
+                         checkpoint_config=CheckpointConfig(checkpoint_frequency=1))
+
+    def space(side: str, fail_at: list[int]) -> dict[str, Any]:
+        return {"ctl": str(tmp_path / f"ctl-{side}"), "iters": 3, "sleep": 0.0,
+                "fail_at": fail_at}
+
+    first = tune.Tuner(Steps, param_space=space("a", [2]), run_config=run_config("a")).fit()
+    assert [t.status for t in first._experiment_analysis.trials] == ["ERROR"]
+    tune.Tuner(Steps, param_space=space("b", []), run_config=run_config("b")).fit()
+    with captured() as messages:
+        restored = tune.Tuner.restore(f"{storage['a']}/exp", trainable=Steps,
+                                      resume_errored=True).fit()
+    (trial,) = restored._experiment_analysis.trials
+    assert (trial.status, trial.num_failures) == ("TERMINATED", 1)
+
+    a_copy, a_trials, a_epochs = copy_on_storage(ray_on_s3, f"{storage['a']}/exp", tmp_path)
+    b_copy, b_trials, b_epochs = copy_on_storage(ray_on_s3, f"{storage['b']}/exp", tmp_path)
+    assert a_trials == {trial.trial_id} and a_epochs == [1, 2], (a_trials, a_epochs)
+    assert len(b_trials) == 1 and not b_trials & a_trials and b_epochs == [1]
+    assert not [m for m in messages if "adopted" in m], messages
+    with EventStore.open(a_copy, create=False) as store:
+        assert verify(store, "exp").ok
+        failures = [e for e in store.read_trial("exp", trial.trial_id)
+                    if e.type_name == "TrialFailed"]
+        assert [e.epoch for e in failures] == [1]
+    logs = sorted((tmp_path / "home" / "ray_results" / "exp").glob("*/statemachine.db"))
+    assert len(logs) == 2, logs  # one local log per storage location
+    assert {log_facts(p).identity("exp").log_id for p in logs} == {  # type: ignore[union-attr]
+        log_facts(c).identity("exp").log_id for c in (a_copy, b_copy)}  # type: ignore[union-attr]
