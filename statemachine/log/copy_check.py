@@ -9,11 +9,11 @@ find a NUL where a time should be. Two checks catch it before the copy is adopte
   the change counter, as SQLite writes it on every commit) the number of pages, so the file
   must be exactly ``pages x page size`` bytes;
 - **the manifest** (``statemachine.db.manifest.json`` beside the copy): the SHA-256 of the
-  whole copy and the log's identity, written by the uploader. It may vouch for two copies,
-  the new one and the one it replaces, because it is written before the copy is moved into
+  whole copy and the log's identity, written by the uploader. It also vouches for the copy
+  it replaces (and the one before), because it is written before the copy is moved into
   place: an uploader killed between the two leaves the previous copy, which the manifest
-  still names. A copy without a manifest (uploaded by an older statemachine) is checked by
-  its header alone.
+  still names. Every copy it names is a whole one. A copy without a manifest (uploaded by
+  an older statemachine) is checked by its header alone.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ class CopyManifest:
     size: int
     """The copy's size in bytes."""
     accepts: tuple[str, ...] = ()
-    """Every checksum this manifest vouches for: the copy's, and the one of the copy it
-    replaces while the upload is under way."""
+    """Every checksum this manifest vouches for: the copy's, and those of the whole copies
+    before it (an upload killed before its move leaves one of them in place)."""
     log_id: str | None = None
     """The identity (``experiments.log_id``) of the log the copy is of."""
     experiment: str | None = None

@@ -4,7 +4,8 @@ Uploads go to a temporary name beside the target and are then moved over it, so 
 the previous copy or the new one, never half a file (on S3 the move is a server-side copy,
 which replaces the object at once). Beside the copy goes its manifest (checksum, size, the
 log's identity: :mod:`statemachine.log.copy_check`), written before the move when a manifest
-is already there (it then vouches for the old copy and the new one) and after it otherwise.
+is already there (it then vouches for the new copy and the ones before; a move that fails
+puts the old manifest back) and after it otherwise.
 Downloads go to a file the caller names. A folder where the file should be (a key
 ``statemachine.db/child`` on S3) is refused, never taken for a missing copy. pyarrow comes
 with ``ray[tune]``; nothing here needs a cloud SDK of its own.
@@ -30,6 +31,8 @@ from statemachine.log_location import DEFAULT_LOG_FILENAME
 #: URI schemes that name a storage filesystem rather than a database.
 STORAGE_SCHEMES = frozenset({"s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss", "az"})
 _CHUNK = 1 << 20
+#: Checksums a manifest vouches for: its copy's, and the two before (whole older copies).
+_VOUCHED = 3
 
 
 def is_storage_uri(text: str) -> bool:
@@ -105,16 +108,20 @@ class RemoteFile:
         with ``manifest`` beside it; ``previous``: the manifest there now (it was read)."""
         folder, _, name = self.path.rpartition("/")
         temporary = f"{folder}/.{name}.uploading-{uuid.uuid4().hex[:12]}"
+        ahead = False  # a manifest naming the new copy is there, the copy not yet
         try:
             if folder:
                 self.fs.create_dir(folder, recursive=True)
             with local.open("rb") as source, self.fs.open_output_stream(temporary) as out:
                 shutil.copyfileobj(source, out, _CHUNK)
             if manifest is not None and previous is not None:
-                # Before the move: a kill in between leaves the old copy, still vouched for.
-                self._write_manifest(replace(
-                    manifest, accepts=(manifest.sha256, *previous.accepts[:1])))
+                # Before the move: a kill in between leaves the old copy, still vouched for
+                # (the previous manifest's own copy, or one it vouched for after such a kill).
+                vouched = dict.fromkeys((manifest.sha256, *previous.accepts))
+                self._write_manifest(replace(manifest, accepts=tuple(vouched)[:_VOUCHED]))
+                ahead = True
             self.fs.move(temporary, self.path)
+            ahead = False
             if manifest is not None and previous is None:
                 # After it: a kill in between leaves a copy without a manifest, which is
                 # checked by its header alone (as one uploaded before manifests).
@@ -122,6 +129,9 @@ class RemoteFile:
         except Exception as exc:
             with contextlib.suppress(Exception):
                 self.fs.delete_file(temporary)
+            if ahead and previous is not None:  # the move failed: the old manifest again
+                with contextlib.suppress(Exception):
+                    self._write_manifest(previous)
             raise LogSyncError(f"uploading to {self.label} failed: {_oneline(exc)}") from exc
 
     def _write_manifest(self, manifest: CopyManifest) -> None:

@@ -37,7 +37,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from statemachine.exceptions import LogCopyRefusedError, LogSyncError, StoreError
-from statemachine.log.copy_check import CopyManifest, manifest_for
+from statemachine.log.copy_check import MANIFEST_SUFFIX, CopyManifest, manifest_for
 from statemachine.log.remote import RemoteFile
 from statemachine.log.sqlite_copy import LogFacts, LogIdentity, consistent_copy, log_facts
 
@@ -268,8 +268,10 @@ class LogSync:
         if not done:
             logger.error(
                 "statemachine: the event log could not be uploaded to %s (%s); the newest copy "
-                "is %s: copy it there before Tuner.restore on another machine",
+                "is %s: copy it there (and delete %s%s, the checksum of the copy it replaces) "
+                "before Tuner.restore on another machine",
                 self.remote.label, self.last_error or "timed out", self.local,
+                self.remote.label, MANIFEST_SUFFIX,
             )
         return done
 
