@@ -25,13 +25,14 @@ class FileWatch:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(os.path.abspath(path))
-        found = os.stat(self.path)
+        self._where = str(self.path)  # os.stat of a str: no conversion per commit
+        found = os.stat(self._where)
         self._identity = (found.st_dev, found.st_ino)
 
     def problem(self) -> str | None:
         """What happened to the file (``None``: it is still at its path)."""
         try:
-            found = os.stat(self.path)
+            found = os.stat(self._where)
         except FileNotFoundError:
             return "was deleted or moved away"
         except OSError:
