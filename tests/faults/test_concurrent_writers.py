@@ -93,6 +93,19 @@ class Writer:
         return err
 
 
+def stored_events(acked: frozenset[str]) -> Callable[[LogCount], dict[str, Counter[Any]]]:
+    """The log's event ids, to count against the acknowledged ones. A trial's first event
+    comes with the PolicySet the log writes for it, under that event's id + "/p": it is
+    counted as part of that event."""
+
+    def found(log: LogCount) -> dict[str, Counter[Any]]:
+        policies = [r for r in log.rows if r.type_name == "PolicySet"]
+        assert {r.event_id.removesuffix("/p") for r in policies} <= acked
+        return {"events": Counter(r.event_id for r in log.rows if r not in policies)}
+
+    return found
+
+
 def run_writers_and_readers(url: str, backend: str,
                             reliability: Callable[[Figures], None]) -> None:
     writers = [Writer(url, f"w{i}") for i in range(WRITERS)]
@@ -126,19 +139,13 @@ def run_writers_and_readers(url: str, backend: str,
 
     lost = duplicates = written = 0
     for writer in writers:
-        def found(log: LogCount) -> dict[str, Counter[Any]]:
-            # A trial's first event comes with the PolicySet the log writes for it, under
-            # that event's id + "/p": counted as that event's.
-            policies = [r for r in log.rows if r.type_name == "PolicySet"]
-            assert {r.event_id.removesuffix("/p") for r in policies} <= set(writer.acked)
-            return {"events": Counter(r.event_id for r in log.rows if r not in policies)}
-
         figures = check_log(
             url, writer.experiment, scenario=f"Concurrent writers and readers ({backend})",
             injected=f"{WRITERS} driver processes (one experiment each) record events one "
                      f"by one and in group commits into one {backend} log while this process "
                      "runs experiments, trials and verify on it in a loop",
-            times=WRITERS, expected={"events": Counter(writer.acked)}, found=found,
+            times=WRITERS, expected={"events": Counter(writer.acked)},
+            found=stored_events(frozenset(writer.acked)),
         )
         lost, duplicates = lost + figures.events_lost, duplicates + figures.duplicates
         written += figures.events_written
