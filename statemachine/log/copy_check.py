@@ -50,11 +50,14 @@ class CopyManifest:
     """The identity (``experiments.log_id``) of the log the copy is of."""
     experiment: str | None = None
     storage_path: str | None = None
+    progress: tuple[int, int] | None = None
+    """How far the log got: (newest driver session's epoch, events)."""
 
     def to_json(self) -> str:
         """The manifest file's text."""
         data: dict[str, Any] = {"format": MANIFEST_FORMAT, "format_version": 1, **asdict(self)}
         data["accepts"] = list(self.accepts or (self.sha256,))
+        data["progress"] = list(self.progress) if self.progress else None
         return json.dumps(data, sort_keys=True) + "\n"
 
     @classmethod
@@ -65,10 +68,12 @@ class CopyManifest:
             if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT:
                 raise ValueError("not a statemachine log copy manifest")
             accepts = tuple(str(s) for s in data.get("accepts") or [data["sha256"]])
+            found = data.get("progress")
+            progress = (int(found[0]), int(found[1])) if found else None
             return cls(
                 sha256=str(data["sha256"]), size=int(data["size"]), accepts=accepts,
                 log_id=_text(data.get("log_id")), experiment=_text(data.get("experiment")),
-                storage_path=_text(data.get("storage_path")),
+                storage_path=_text(data.get("storage_path")), progress=progress,
             )  # fmt: skip
         except (ValueError, KeyError, TypeError) as exc:
             raise LogCopyRefusedError(
@@ -91,10 +96,12 @@ def sha256_of(path: Path) -> str:
 
 
 def manifest_for(path: Path, *, log_id: str | None, experiment: str | None,
-                 storage_path: str | None) -> CopyManifest:
-    """The manifest of the copy at ``path`` (its checksum and size, and the log's identity)."""
+                 storage_path: str | None,
+                 progress: tuple[int, int] | None = None) -> CopyManifest:
+    """The manifest of the copy at ``path`` (its checksum and size, the log's identity and
+    how far it got)."""
     return CopyManifest(sha256=sha256_of(path), size=path.stat().st_size, log_id=log_id,
-                        experiment=experiment, storage_path=storage_path)
+                        experiment=experiment, storage_path=storage_path, progress=progress)
 
 
 def size_problem(path: Path) -> str | None:

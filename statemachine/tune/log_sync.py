@@ -39,7 +39,13 @@ from pathlib import Path
 from statemachine.exceptions import LogCopyRefusedError, LogSyncError, StoreError
 from statemachine.log.copy_check import MANIFEST_SUFFIX, CopyManifest, manifest_for
 from statemachine.log.remote import RemoteFile
-from statemachine.log.sqlite_copy import LogFacts, LogIdentity, consistent_copy, log_facts
+from statemachine.log.sqlite_copy import (
+    LogFacts,
+    LogIdentity,
+    LogProgress,
+    consistent_copy,
+    log_facts,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +165,6 @@ class LogSync:
         self.legacy = legacy
         """Where an older statemachine kept this log (keyed by the experiment's name only):
         taken over once when it is this experiment's (:func:`take_over_legacy`)."""
-        self._identity: LogIdentity | None = None
         self.refused: str | None = None
         """Why nothing more is uploaded (another log's copy is on storage)."""
         self.attempts = attempts
@@ -265,7 +270,7 @@ class LogSync:
             thread = self._thread
         if thread is not None:
             thread.join(timeout=max(0.0, min(timeout, 5.0)))
-        if not done:
+        if not done and self.refused is None:  # a refusal was reported when it happened
             logger.error(
                 "statemachine: the event log could not be uploaded to %s (%s); the newest copy "
                 "is %s: copy it there (and delete %s%s, the checksum of the copy it replaces) "
@@ -342,22 +347,41 @@ class LogSync:
         try:
             copy = folder / self.local.name
             self.stats.last_bytes = consistent_copy(self.local, copy)
-            if self._identity is None:  # it never changes once the log is open
-                self._identity = log_facts(copy).identity(self.experiment)
-            ours = self._identity
+            facts = log_facts(copy)
+            ours = facts.identity(self.experiment)
             manifest = manifest_for(
                 copy, log_id=ours.log_id if ours else None,
                 experiment=ours.experiment if ours else self.experiment,
                 storage_path=ours.storage_path if ours else self.storage_path,
+                progress=(facts.progress.epoch, facts.progress.events),
             )  # fmt: skip
             previous = self.remote.read_manifest()
-            if previous is not None and ours is not None:
-                refuse_another_log(ours, _identity_of(previous), self.local, self.remote)
+            if previous is not None:
+                if ours is not None:
+                    refuse_another_log(ours, _identity_of(previous), self.local, self.remote)
+                refuse_an_older_copy(facts.progress, previous, self.local, self.remote)
             self.remote.upload(copy, manifest, previous)
         finally:
             for item in folder.iterdir():
                 item.unlink(missing_ok=True)
             folder.rmdir()
+
+
+def refuse_an_older_copy(ours: LogProgress, previous: CopyManifest, local: Path,
+                         remote: RemoteFile) -> None:
+    """Raise :class:`LogCopyRefusedError` when the copy on storage got further than the
+    local log (a newer driver's, or the local file was replaced by an older one): an
+    upload would replace it with less."""
+    if previous.progress is None:
+        return
+    theirs = LogProgress(*previous.progress)
+    if ours < theirs:
+        raise LogCopyRefusedError(
+            f"the event log copy at {remote.label} is further along (driver session "
+            f"{theirs.epoch}, {theirs.events} events) than the local log at {local} (session "
+            f"{ours.epoch}, {ours.events} events): not replaced; another driver may have "
+            "taken the experiment over, or the local file was replaced by an older one"
+        )
 
 
 def _identity_of(manifest: CopyManifest) -> LogIdentity | None:

@@ -216,6 +216,28 @@ def test_an_upload_over_another_logs_copy_is_refused(s3_env: S3Server, tmp_path:
     assert storage_state(remote) == before
 
 
+def test_an_upload_never_replaces_a_copy_further_along(s3_env: S3Server, tmp_path: Path) -> None:
+    """The local file replaced by an older backup of itself mid-run (the same log, fewer
+    events): its upload would take events off the copy on storage; refused instead."""
+    remote, _ = new_remote(s3_env)
+    local = tmp_path / "home" / "statemachine.db"
+    write_log(local, trials=1)
+    backup = tmp_path / "backup.db"
+    backup.write_bytes(local.read_bytes())
+    write_log(local, trials=3)
+    upload(local, remote)
+    sync = sync_for(local, remote)
+    sync.prepare()
+    os.replace(backup, local)
+    before = storage_state(remote)
+    sync.request()
+    assert not sync.close(timeout=30)
+    assert sync.refused is not None and ("is further along (driver session 2, 12 events) "
+                                         "than the local log") in sync.refused, sync.refused
+    assert "(session 1, 3 events): not replaced" in sync.refused
+    assert storage_state(remote) == before
+
+
 # ------------------------------------------------------------------ kept from the red team
 
 
