@@ -307,7 +307,7 @@ def test_the_copy_stays_vouched_for_when_uploads_die_before_their_move(tmp_path:
 def test_a_log_kept_by_an_older_statemachine_is_taken_over_only_for_its_own_storage(
     tmp_path: Path,
 ) -> None:
-    from statemachine.tune.log_sync import take_over_legacy
+    from statemachine.tune.copy_choice import take_over_legacy
 
     legacy = tmp_path / "ray_results" / "exp" / "statemachine.db"
     log = ExperimentLog.open(legacy, "exp", RetryPolicy(), storage_path="bucket-b/exps/exp")
