@@ -176,6 +176,19 @@ class LogSyncError(StoreError):
     """The event log's copy on the experiment's storage could not be read or written."""
 
 
+class LogCopyRefusedError(LogSyncError):
+    """A copy of the event log must not be used: it is another log (its identity differs),
+    torn (its size or checksum is wrong), not an event log, or a folder stands where it
+    should be. Retrying cannot help: the message names what was found and the fix, and
+    nothing was replaced or uploaded."""
+
+
+class LogFileLostError(StoreError):
+    """The SQLite file of an open event log was deleted, renamed or replaced by another
+    file: what was appended since went to a file no one can open again. The message names
+    the file and what happened to it."""
+
+
 class IngestError(StateMachineError):
     """Ray's experiment folder cannot be ingested as it is (the message says why and what to
     do); nothing was written."""

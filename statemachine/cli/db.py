@@ -22,6 +22,7 @@ __all__ = [
     "DB_URL_ENV",
     "DEFAULT_LOG_FILENAME",
     "BadInput",
+    "open_resolved",
     "open_store",
     "resolve_db",
     "resolve_write_target",
@@ -81,15 +82,31 @@ def open_store(db: str | None, *, create: bool = False) -> Iterator[EventStore]:
     A storage URI (``s3://bucket/path/experiment``) is the log a Tune experiment keeps on its
     storage: it is downloaded to a temporary file, read from there and deleted afterwards.
     """
-    from statemachine.log.remote import downloaded, is_storage_uri
+    from statemachine.log.remote import is_storage_uri
 
     if db and is_storage_uri(db):
         if create:
             raise BadInput(_NOT_ON_STORAGE)
-        with downloaded(db) as local, _opened(str(local), create=False) as store:
+        with open_resolved(db) as store:
             yield store
         return
     with _opened(db if create and db else resolve_db(db), create=create) as store:
+        yield store
+
+
+@contextmanager
+def open_resolved(target: str) -> Iterator[EventStore]:
+    """Open ``target`` read-only as it is: a URL or file :func:`resolve_db` returned, or a
+    storage URI (downloaded). It is not resolved again, so a file gone since is a
+    :class:`~statemachine.exceptions.StoreNotFoundError` naming it, not bad input (``serve``
+    opens the log once per request)."""
+    from statemachine.log.remote import downloaded, is_storage_uri
+
+    if is_storage_uri(target):
+        with downloaded(target) as local, _opened(str(local), create=False) as store:
+            yield store
+        return
+    with _opened(target, create=False) as store:
         yield store
 
 

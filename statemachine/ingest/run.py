@@ -22,7 +22,7 @@ from statemachine.exceptions import (
     IngestError,
     StoreError,
 )
-from statemachine.ingest.files import ExperimentFolder, open_folder
+from statemachine.ingest.files import ExperimentFolder, StorageFolder, open_folder
 from statemachine.ingest.model import RayExperiment
 from statemachine.ingest.provenance import NOT_KNOWN
 from statemachine.ingest.reader import read_experiment
@@ -40,7 +40,7 @@ from statemachine.log.bulk import collector_paused
 from statemachine.log.dialect import database_file
 from statemachine.log.engine import describe, to_url
 from statemachine.log.records import check_storable, storable_name
-from statemachine.log.remote import is_storage_uri
+from statemachine.log.remote import is_storage_uri, storage_key
 from statemachine.log.store import refuse_foreign_target, remove_new_event_log, schema_revision
 from statemachine.log_location import DEFAULT_LOG_FILENAME
 
@@ -102,19 +102,21 @@ class IngestResult:
         }
 
 
-def default_log(folder: ExperimentFolder, experiment: str) -> str:
+def default_log(folder: ExperimentFolder) -> str:
     """Where the log goes when no ``--db`` is given: where the callback would have kept it
-    (``statemachine.db`` in a local experiment folder; ``~/ray_results/<experiment>/`` for
-    one on storage)."""
+    (``statemachine.db`` in a local experiment folder; for one on storage, its local log
+    ``~/ray_results/<scheme>-<hash of the storage URI>/statemachine.db``)."""
     local = folder.local
     if local is not None:
         return str(local / DEFAULT_LOG_FILENAME)
-    return str(Path("~/ray_results").expanduser() / experiment / DEFAULT_LOG_FILENAME)
+    assert isinstance(folder, StorageFolder)
+    key = storage_key(folder.fs, folder.base)
+    return str(Path("~/ray_results").expanduser() / key / DEFAULT_LOG_FILENAME)
 
 
-def _target(db: str | None, folder: ExperimentFolder, experiment: str) -> str:
+def _target(db: str | None, folder: ExperimentFolder) -> str:
     if not db:
-        return default_log(folder, experiment)
+        return default_log(folder)
     if is_storage_uri(db):
         raise IngestError("cannot write to an event log on storage; write to a local file or "
                           "a database (--db FILE|URL)")
@@ -171,7 +173,7 @@ def ingest_experiment(location: str, *, db: str | None = None, name: str | None 
         ray = read_experiment(folder, warn)
     experiment = check_storable(name or storable_name(ray.name), "experiment name")
     refuse_rewritten(ray)
-    target = _target(db, folder, experiment)
+    target = _target(db, folder)
     if ray.callback_log:
         _refuse_folder_log(folder, ray, {ray.name, experiment}, warn)
     refuse_foreign_target(target)

@@ -27,6 +27,7 @@ Any other database is refused with :class:`UnsupportedDatabaseError` before an e
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from collections.abc import Callable, Sequence
@@ -101,6 +102,11 @@ class Backend:
     def read_only_creator(self, url: str | URL) -> Callable[[], Any] | None:
         """A DB-API connection factory for read-only use (``None``: the driver's own)."""
         return None
+
+    def settle_lost_file(self, dbapi_connection: Any) -> None:
+        """The database file was deleted, moved or replaced under the open writer
+        connection (:mod:`~statemachine.log.file_watch`): leave nothing at its path that a
+        later opener of that path would take for its own."""
 
     def lock_for_share(self, query: _Query) -> _Query:
         """``query`` holding the rows it reads against concurrent updates until commit."""
@@ -179,6 +185,13 @@ class SQLiteBackend(Backend):
         if path is None:
             return None
         return lambda: read_only_connection(path)
+
+    def settle_lost_file(self, dbapi_connection: Any) -> None:
+        # The write-ahead log is still at the old path: its frames would be replayed into
+        # whatever file is put there next (nothing ties a -wal to its database). Copy them
+        # into the file this connection holds (a moved file is then whole) and empty it.
+        with contextlib.suppress(Exception):
+            dbapi_connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def configure_engine(
         self, engine: Engine, *, writable: bool, synchronous: str, busy_timeout_ms: int

@@ -133,6 +133,11 @@ class Unreadable:
 UNREADABLE_TIME = datetime(1, 1, 1, tzinfo=timezone.utc)
 
 
+def new_log_id() -> str:
+    """A new log identity (``experiments.log_id``): 32 random hex characters."""
+    return os.urandom(16).hex()
+
+
 def new_event_ids(count: int) -> list[str]:
     """``count`` new event ids (as :func:`new_event_id`: one time, one read of the random
     source)."""

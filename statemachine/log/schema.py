@@ -81,6 +81,10 @@ experiments = Table(
     Column("storage_path", Text, nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("epoch", Integer, nullable=False),
+    # The log's identity: random, written when the experiment is created (NULL: created
+    # before revision 0003; the next driver session writes one). With ``storage_path`` it
+    # tells two copies of this log from another log of the same name (tune/log_sync.py).
+    Column("log_id", String(32), nullable=True),
     UniqueConstraint("name"),
 )
 

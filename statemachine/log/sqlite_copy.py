@@ -1,4 +1,4 @@
-"""A consistent copy of a SQLite event log, and how far a copy of a log got.
+"""A consistent copy of a SQLite event log, how far a copy of a log got, and which log it is.
 
 :func:`consistent_copy` uses SQLite's online backup API from its own connection: it reads one
 snapshot of the database (in WAL mode a reader never blocks the writer, and never sees half a
@@ -13,7 +13,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from statemachine.exceptions import StoreError
+from statemachine.exceptions import NotAnEventLogError, StoreError
 
 
 def consistent_copy(source: Path, target: Path) -> int:
@@ -54,19 +54,106 @@ class LogProgress:
     events: int
 
 
+@dataclass(frozen=True)
+class LogIdentity:
+    """Which log a copy is of: an experiment's random ``log_id`` (written when it was
+    created) and where the experiment is stored."""
+
+    experiment: str
+    log_id: str | None
+    """``None``: created before identities (schema revision 0003) and not opened since."""
+    storage_path: str | None
+
+    def describe(self) -> str:
+        """For messages: the experiment, where it is stored and the log's id."""
+        where = self.storage_path or "a storage path not recorded"
+        log = f"log {self.log_id}" if self.log_id else "a log of unrecorded identity"
+        return f"experiment {self.experiment!r} stored at {where}, {log}"
+
+    def same_log(self, other: LogIdentity) -> bool:
+        """Whether ``other`` can be a copy of the same log: the same id, or (when either id
+        is not known) the same storage path, or nothing recorded to tell them apart."""
+        if self.log_id and other.log_id:
+            return self.log_id == other.log_id
+        if self.storage_path and other.storage_path:
+            return self.storage_path == other.storage_path
+        return True
+
+
+@dataclass(frozen=True)
+class LogFacts:
+    """How far a log file got, and which log it is (per experiment it holds)."""
+
+    progress: LogProgress
+    identities: tuple[LogIdentity, ...]
+
+    def identity(self, experiment: str | None) -> LogIdentity | None:
+        """The identity of ``experiment`` in this file; when it has no such experiment (it
+        holds one under its old name: moved), the one of its newest experiment."""
+        for found in self.identities:
+            if found.experiment == experiment:
+                return found
+        return self.identities[0] if self.identities else None
+
+
+def log_facts(path: Path, *, check_pages: bool = False) -> LogFacts:
+    """The :class:`LogFacts` of the event log in the SQLite file ``path``, read-only.
+
+    Any schema revision this code knows is read (a copy made by an older statemachine is
+    not refused for its age); ``check_pages`` also runs SQLite's ``quick_check``. Raises
+    :class:`StoreError` (or a subclass) when it is not a readable event log.
+    """
+    from sqlalchemy import func, inspect, select
+
+    from statemachine.log import migrate
+    from statemachine.log.engine import make_engine, to_url, translated
+    from statemachine.log.schema import events, experiments
+    from statemachine.log.store import schema_revision
+
+    url = to_url(path)
+    revision = schema_revision(url)
+    if revision is None:
+        raise NotAnEventLogError(f"{path} is not a statemachine event log (no event log schema)")
+    migrate.check_revision(revision, url, writable=True)  # a newer one is refused
+    engine = make_engine(url, writable=False)
+    try:
+        with translated("reading the event log", url), engine.connect() as conn:
+            if check_pages:
+                verdict = conn.exec_driver_sql("PRAGMA quick_check").scalar()
+                if verdict != "ok":
+                    raise StoreError(f"{path} is damaged (SQLite quick_check: {verdict})")
+            known = {c["name"] for c in inspect(conn).get_columns("experiments")}
+            log_id = experiments.c.log_id if "log_id" in known else None
+            counts: dict[int, int] = {
+                int(experiment_id): int(n) for experiment_id, n in conn.execute(
+                    select(events.c.experiment_id, func.count())
+                    .group_by(events.c.experiment_id)
+                ).all()
+            }
+            rows = conn.execute(
+                select(experiments.c.id, experiments.c.name, experiments.c.epoch,
+                       experiments.c.storage_path,
+                       *([log_id] if log_id is not None else []))
+                .order_by(experiments.c.epoch.desc(), experiments.c.id.desc())
+            ).all()
+    finally:
+        engine.dispose()
+    return LogFacts(
+        progress=LogProgress(
+            epoch=max((int(r[2]) for r in rows), default=0),
+            events=sum(counts.get(int(r[0]), 0) for r in rows),
+        ),
+        identities=tuple(
+            LogIdentity(experiment=str(r[1]), storage_path=r[3],
+                        log_id=r[4] if len(r) > 4 else None)
+            for r in rows
+        ),
+    )
+
+
 def log_progress(path: Path) -> LogProgress:
     """The :class:`LogProgress` of the event log in the SQLite file ``path`` (read-only).
 
     Raises :class:`StoreError` (or a subclass) when it is not a readable event log.
     """
-    from statemachine.log import EventStore
-
-    store = EventStore.open(path, create=False)
-    try:
-        found = store.list_experiments()
-    finally:
-        store.close()
-    return LogProgress(
-        epoch=max((e.epoch for e in found), default=0),
-        events=sum(e.events for e in found),
-    )
+    return log_facts(path).progress

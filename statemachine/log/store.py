@@ -54,6 +54,7 @@ from statemachine.log import migrate
 from statemachine.log.appends import Appends
 from statemachine.log.dialect import DEFAULT_BUSY_TIMEOUT_MS, WRITER, backend_for, backend_of
 from statemachine.log.engine import describe, make_engine, to_url, translated
+from statemachine.log.file_watch import FileWatch
 from statemachine.log.mapper import FoldRow
 from statemachine.log.queries import Queries, chunks
 from statemachine.log.records import (
@@ -65,6 +66,7 @@ from statemachine.log.records import (
     StoredEvent,
     check_storable,
     dump_json,
+    new_log_id,
     storable_name,
     utcnow,
 )
@@ -95,12 +97,15 @@ class Connections:
     own way.
     """
 
-    def __init__(self, engine: Engine, url: str, *, writable: bool) -> None:
+    def __init__(self, engine: Engine, url: str, *, writable: bool,
+                 watch: FileWatch | None = None) -> None:
         self.engine = engine
         #: The full URL (password included) for error translation, which hides it.
         self.url = url
         self.backend = backend_of(engine)
         self.writable = writable
+        #: The SQLite file's identity, checked after every commit (``None``: a server).
+        self.watch = watch
         #: Held around every write transaction (threads may share a store).
         self.lock = threading.RLock()
         self._writer: Connection | None = None
@@ -112,6 +117,7 @@ class Connections:
         writer = self._writer_connection()
         with writer.begin():
             yield writer
+        self._check_file()
 
     def _writer_connection(self) -> Connection:
         if not self.writable:
@@ -178,6 +184,18 @@ class Connections:
             if alone:
                 with contextlib.suppress(Exception):  # a lost connection was invalidated
                     backend.set_autocommit(dbapi, False)
+        self._check_file()  # committed: was it into the file at the log's path?
+
+    def _check_file(self) -> None:
+        """Raise :class:`LogFileLostError` when the SQLite file is no longer at its path."""
+        problem = self.watch.problem() if self.watch is not None else None
+        if problem is None:
+            return
+        assert self.watch is not None
+        writer = self._writer
+        if writer is not None and writer.connection.dbapi_connection is not None:
+            self.backend.settle_lost_file(writer.connection.dbapi_connection)
+        raise self.watch.error(problem)
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:
@@ -346,9 +364,10 @@ def remove_new_event_log(url_or_path: str | Path, experiment: str) -> bool:
 class EventStore:
     """An event log in one database. Open with :meth:`open`; close with :meth:`close`."""
 
-    def __init__(self, engine: Engine, url: str, *, writable: bool) -> None:
+    def __init__(self, engine: Engine, url: str, *, writable: bool,
+                 watch: FileWatch | None = None) -> None:
         """Use :meth:`open` instead (it checks and migrates the schema)."""
-        self._db = Connections(engine, url, writable=writable)
+        self._db = Connections(engine, url, writable=writable, watch=watch)
         self._appends = Appends(self._db)
         self._queries = Queries(self._db)
         self._snapshots = SnapshotTable(self._db)
@@ -372,19 +391,25 @@ class EventStore:
         :class:`SchemaVersionError` instead. ``sqlite_synchronous`` is SQLite's ``synchronous``
         level (``FULL`` by default: an acknowledged append survives a power loss). A database
         other than SQLite or PostgreSQL, or a bad setting, raises
-        :class:`~statemachine.exceptions.ConfigurationError`.
+        :class:`~statemachine.exceptions.ConfigurationError`. A SQLite file opened for writing
+        that is then deleted, renamed or replaced makes the next write raise
+        :class:`~statemachine.exceptions.LogFileLostError` (after its commit, which went to
+        the lost file: :mod:`statemachine.log.file_watch`).
         """
         url = to_url(url_or_path)
         engine = _engine(
             url, create=create, sqlite_synchronous=sqlite_synchronous,
             busy_timeout_ms=busy_timeout_ms,
         )  # fmt: skip
+        watch = None
         with _typed_open_errors(engine, url):
             if create:
                 migrate.upgrade(engine)
+                path = backend_for(url).database_file(url)
+                watch = FileWatch(path) if path is not None else None
             else:
                 cls._check_readable(engine, url)
-        return cls(engine, url, writable=create)
+        return cls(engine, url, writable=create, watch=watch)
 
     @staticmethod
     def _check_readable(engine: Engine, url: str) -> None:
@@ -461,21 +486,24 @@ class EventStore:
     ) -> DriverSession:
         with self._db.write() as conn:
             row = conn.execute(
-                select(experiments.c.id, experiments.c.epoch)
+                select(experiments.c.id, experiments.c.epoch, experiments.c.log_id)
                 .where(experiments.c.name == experiment)
                 .with_for_update()
             ).first()
             now = utcnow()  # the epoch begins once the lock is held
+            values: dict[str, Any] = {}
             if row is None:
                 experiment_id = conn.execute(
                     insert(experiments).returning(experiments.c.id),
                     {"name": experiment, "storage_path": storage_path, "created_at": now,
-                     "epoch": 0},
+                     "epoch": 0, "log_id": new_log_id()},
                 ).scalar_one()  # fmt: skip
                 epoch = 1
             else:
                 experiment_id, epoch = row[0], row[1] + 1
-            values: dict[str, Any] = {"epoch": epoch}
+                if row[2] is None:  # created before revision 0003: it gets its identity now
+                    values["log_id"] = new_log_id()
+            values["epoch"] = epoch
             if storage_path is not None:
                 values["storage_path"] = storage_path
             conn.execute(update(experiments).where(experiments.c.id == experiment_id), values)

@@ -38,7 +38,14 @@ from statemachine.exceptions import (
     UnknownExperimentError,
     close_matches,
 )
-from statemachine.log.records import SESSION_KINDS, StoredEvent, check_storable, dump_json, utc
+from statemachine.log.records import (
+    SESSION_KINDS,
+    StoredEvent,
+    check_storable,
+    dump_json,
+    new_log_id,
+    utc,
+)
 from statemachine.log.schema import driver_sessions, events, experiments, snapshots
 from statemachine.log.snapshot import encode_state, machine_version
 
@@ -467,7 +474,8 @@ def import_export(
     experiment_id = conn.execute(
         insert(experiments).returning(experiments.c.id),
         {"name": target, "storage_path": export.header.get("storage_path"),
-         "created_at": _time(export.header["created_at"], "header"), "epoch": epoch},
+         "created_at": _time(export.header["created_at"], "header"), "epoch": epoch,
+         "log_id": new_log_id()},  # a new log: an identity of its own
     ).scalar_one()  # fmt: skip
     if export.sessions:
         conn.execute(insert(driver_sessions), [

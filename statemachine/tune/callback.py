@@ -57,6 +57,7 @@ from statemachine.log.credentials import describe_url, redact_uri
 from statemachine.log.records import storable_name
 from statemachine.tune import checkpoints, errorfile, seam, secret_url
 from statemachine.tune import ray_surface as surface
+from statemachine.tune.callback_arguments import check_busy_timeout, check_policy, checked_url
 from statemachine.tune.compat import check_ray
 from statemachine.tune.log_sync import LogSync
 from statemachine.tune.reconcile import (
@@ -124,23 +125,25 @@ class EventLogCallback(Callback):
             before it counts as failed (and is retried later). Default: the log's own
             (10 s); lower it so a locked log never holds up Tune's loop that long.
 
+    Raises:
+        ConfigurationError: an argument that can never work (a database other than SQLite
+            and PostgreSQL, a storage URI or a folder as ``url``, a ``busy_timeout_ms`` that
+            is not a whole number of milliseconds, a ``policy`` that is not a
+            ``RetryPolicy``), when the callback is made: before Ray starts.
+
     Attributes (counts for this driver process):
         events_recorded, events_unwritten, write_failures, events_rejected, hook_errors.
     """
 
-    def __init__(self, url: str | None = None, policy: RetryPolicy | None = None, *,
+    def __init__(self, url: str | os.PathLike[str] | None = None,
+                 policy: RetryPolicy | None = None, *,
                  busy_timeout_ms: int | None = None) -> None:
         check_ray()
-        if policy is not None and not isinstance(policy, RetryPolicy):
-            raise TypeError(
-                f"EventLogCallback(policy=...) must be a statemachine.RetryPolicy, "
-                f"got {type(policy).__name__}"
-            )
-        if busy_timeout_ms is not None and int(busy_timeout_ms) < 0:
-            raise ValueError(
-                f"EventLogCallback(busy_timeout_ms=...) must be >= 0, got {busy_timeout_ms}"
-            )
-        self.url = url
+        # Here, not at the first trial: an argument that can never work must stop the
+        # script before Ray starts, not leave a run going on unrecorded.
+        check_policy(policy)
+        check_busy_timeout(busy_timeout_ms)
+        self.url = checked_url(url)
         self.policy = policy
         self.busy_timeout_ms = busy_timeout_ms
         self._reset_runtime()

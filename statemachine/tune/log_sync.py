@@ -8,6 +8,14 @@ storage holding a consistent copy of it:
   than the local one (or there is no local one: a new head node after ``Tuner.restore``), it
   is downloaded first, so the callback reconciles Ray's trials with the newest counters. A
   failed download raises (the log is not opened, and so never uploaded over a good copy).
+- Only copies of the same log are compared: every log has an identity (a random id written
+  when its experiment is created, and where the experiment is stored), and a copy on storage
+  whose identity differs from the local log's is refused with one line naming both
+  (:class:`~statemachine.exceptions.LogCopyRefusedError`): it is neither adopted nor
+  replaced, and nothing is uploaded over it. So is a torn copy (its size against its SQLite
+  header, its checksum against the manifest written beside it at upload:
+  :mod:`statemachine.log.copy_check`) and a folder where the copy should be. Which copy is
+  used is :mod:`statemachine.tune.copy_choice`'s rule; this module moves the copies.
 - :meth:`LogSync.request` asks for an upload (after a failure and its decision, with each of
   Tune's experiment checkpoints). It returns at once: a background thread takes a consistent
   copy (SQLite's backup API) and uploads it under a temporary name moved over the old copy.
@@ -20,18 +28,25 @@ storage holding a consistent copy of it:
 from __future__ import annotations
 
 import logging
-import os
 import tempfile
 import threading
 import time
-import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
-from statemachine.exceptions import LogSyncError, StoreError
+from statemachine.exceptions import LogCopyRefusedError, LogSyncError, StoreError
+from statemachine.log.copy_check import MANIFEST_SUFFIX, manifest_for
 from statemachine.log.remote import RemoteFile
-from statemachine.log.sqlite_copy import consistent_copy, log_progress
+from statemachine.log.sqlite_copy import consistent_copy, log_facts
+from statemachine.tune.copy_choice import (
+    bring_newest,
+    identity_of,
+    refuse_an_older_copy,
+    refuse_another_log,
+    take_over_legacy,
+)
+
+__all__ = ["LogSync", "UploadStats", "bring_newest"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,58 +73,6 @@ class UploadStats:
     """Size of the last copy uploaded."""
 
 
-def bring_newest(local: Path, remote: RemoteFile) -> str | None:
-    """Make ``local`` the newest of the local log and the one on storage; says what it did.
-
-    The newer log is the one with the later driver session, then more events
-    (:class:`~statemachine.log.sqlite_copy.LogProgress`). A local log that is replaced is kept
-    beside it (``statemachine.db.replaced-<UTC time>``), never deleted. Returns a message when
-    the storage's copy was taken, ``None`` when the local one stays. Raises
-    :class:`LogSyncError` when the storage cannot be read.
-    """
-    local.parent.mkdir(parents=True, exist_ok=True)
-    fetched = local.with_name(f"{local.name}.download-{uuid.uuid4().hex[:12]}")
-    try:
-        if not remote.download(fetched):
-            return None
-        try:
-            theirs = log_progress(fetched)
-        except StoreError as exc:
-            raise LogSyncError(
-                f"the event log copy at {remote.label} is not a readable event log ({exc}); "
-                "move it away to keep the local log"
-            ) from exc
-        if local.exists():
-            try:
-                ours = log_progress(local)
-            except StoreError:
-                ours = None  # unreadable: the storage's copy is the better one
-            if ours is not None and ours >= theirs:
-                return None
-            aside = _move_aside(local)
-            os.replace(fetched, local)
-            return (f"the event log at {remote.label} is newer than the local copy: using it "
-                    f"(the local copy is kept as {aside})")
-        os.replace(fetched, local)
-        return f"no local event log: using the copy downloaded from {remote.label}"
-    finally:
-        for leftover in (fetched, fetched.with_name(fetched.name + "-journal")):
-            leftover.unlink(missing_ok=True)
-
-
-def _move_aside(local: Path) -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-    aside = local.with_name(f"{local.name}.replaced-{stamp}")
-    # The write-ahead log belongs to its database: it moves with it (a stale -wal beside the
-    # new file would be replayed into it).
-    for suffix in ("-wal", "-shm"):
-        part = local.with_name(local.name + suffix)
-        if part.exists():
-            os.replace(part, aside.with_name(aside.name + suffix))
-    os.replace(local, aside)
-    return aside
-
-
 class LogSync:
     """Keeps a copy of the local SQLite log ``local`` at ``remote``, in the background.
 
@@ -121,10 +84,20 @@ class LogSync:
         cooldown_s: after ``attempts`` failed ones, how long until the next try.
     """
 
-    def __init__(self, local: Path, remote: RemoteFile, *, attempts: int = 3,
-                 backoff_s: float = 0.5, cooldown_s: float = 10.0) -> None:
+    def __init__(self, local: Path, remote: RemoteFile, *, experiment: str | None = None,
+                 storage_path: str | None = None, legacy: Path | None = None,
+                 attempts: int = 3, backoff_s: float = 0.5, cooldown_s: float = 10.0) -> None:
         self.local = local
         self.remote = remote
+        self.experiment = experiment
+        """The experiment whose log this is (its identity is the one compared)."""
+        self.storage_path = storage_path
+        """Where the experiment is stored, as its log records it."""
+        self.legacy = legacy
+        """Where an older statemachine kept this log (keyed by the experiment's name only):
+        taken over once when it is this experiment's (:func:`take_over_legacy`)."""
+        self.refused: str | None = None
+        """Why nothing more is uploaded (another log's copy is on storage)."""
         self.attempts = attempts
         self.backoff_s = backoff_s
         self.cooldown_s = cooldown_s
@@ -148,7 +121,12 @@ class LogSync:
         """Bring the newest log to ``local`` (once); raises :class:`LogSyncError` on failure."""
         if self.ready:
             return
-        message = bring_newest(self.local, self.remote)
+        if self.legacy is not None:
+            taken = take_over_legacy(self.legacy, self.local, self.experiment,
+                                     self.storage_path)
+            if taken:
+                logger.warning("statemachine: %s", taken)
+        message = bring_newest(self.local, self.remote, self.experiment)
         if message:
             logger.warning("statemachine: %s", message)
         try:
@@ -223,11 +201,13 @@ class LogSync:
             thread = self._thread
         if thread is not None:
             thread.join(timeout=max(0.0, min(timeout, 5.0)))
-        if not done:
+        if not done and self.refused is None:  # a refusal was reported when it happened
             logger.error(
                 "statemachine: the event log could not be uploaded to %s (%s); the newest copy "
-                "is %s: copy it there before Tuner.restore on another machine",
+                "is %s: copy it there (and delete %s%s, the checksum of the copy it replaces) "
+                "before Tuner.restore on another machine",
                 self.remote.label, self.last_error or "timed out", self.local,
+                self.remote.label, MANIFEST_SUFFIX,
             )
         return done
 
@@ -255,11 +235,18 @@ class LogSync:
                 self._cond.notify_all()
 
     def _upload_round(self) -> bool:
+        if self.refused is not None:
+            return False
         delay = self.backoff_s
         for attempt in range(1, self.attempts + 1):
             started = time.perf_counter()
             try:
                 self._upload_once()
+            except LogCopyRefusedError as exc:  # never retried: another log is there
+                self.stats.failures += 1
+                self.last_error = self.refused = str(exc)
+                logger.error("statemachine: %s", exc)
+                return False
             except (LogSyncError, StoreError, OSError) as exc:
                 self.stats.failures += 1
                 self.last_error = str(exc)
@@ -291,8 +278,22 @@ class LogSync:
         try:
             copy = folder / self.local.name
             self.stats.last_bytes = consistent_copy(self.local, copy)
-            self.remote.upload(copy)
+            facts = log_facts(copy)
+            ours = facts.identity(self.experiment)
+            manifest = manifest_for(
+                copy, log_id=ours.log_id if ours else None,
+                experiment=ours.experiment if ours else self.experiment,
+                storage_path=ours.storage_path if ours else self.storage_path,
+                progress=(facts.progress.epoch, facts.progress.events),
+            )  # fmt: skip
+            previous = self.remote.read_manifest()
+            if previous is not None:
+                if ours is not None:
+                    refuse_another_log(ours, identity_of(previous), self.local, self.remote)
+                refuse_an_older_copy(facts.progress, previous, self.local, self.remote)
+            self.remote.upload(copy, manifest, previous)
         finally:
             for item in folder.iterdir():
                 item.unlink(missing_ok=True)
             folder.rmdir()
+

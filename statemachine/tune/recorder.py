@@ -40,6 +40,8 @@ from statemachine.domain.state import TrialState
 from statemachine.exceptions import (
     ConfigurationError,
     InvalidTransitionError,
+    LogCopyRefusedError,
+    LogFileLostError,
     UnstorableValueError,
 )
 from statemachine.log.records import new_event_id
@@ -148,9 +150,10 @@ class Recorder:
             return False
         try:
             log = self._open_log()
-        except ConfigurationError as exc:
-            # A bad setting (an unsupported database URL, ...): no retry can ever open the
-            # log. The events stay queued and are saved at the end with the others.
+        except (ConfigurationError, LogCopyRefusedError) as exc:
+            # A bad setting (an unsupported database URL, ...) or a copy of the log that must
+            # not be used (another log's, torn): no retry can ever open the log. The events
+            # stay queued and are saved at the end with the others.
             self.write_failures += 1
             self.refused = str(exc)
             logger.error(
@@ -275,6 +278,8 @@ class Recorder:
                     self._queue.popleft()
                 written += len(batch)
                 continue
+            if self.log is None:  # its file was lost: every event stays queued
+                return len(self._queue)
             # One by one: the store is down (retried, then queued) or an event of the batch
             # can never be written (it alone goes to the dead letters).
             for _ in batch:
@@ -303,6 +308,9 @@ class Recorder:
             self.log.record_many(
                 [(p.trial_id, p.event) for p in batch], event_ids=[p.event_id for p in batch]
             )
+        except LogFileLostError as exc:
+            self._file_lost(exc)
+            return False
         except Exception as exc:
             logger.debug("statemachine: a group write of %d events failed (%s); writing "
                          "them one by one", len(batch), exc)
@@ -318,6 +326,9 @@ class Recorder:
         for attempt in range(1, self.attempts + 1):
             try:
                 self.log.record(pending.trial_id, pending.event, event_id=pending.event_id)
+            except LogFileLostError as exc:
+                self._file_lost(exc)
+                return False
             except (InvalidTransitionError, UnstorableValueError, ConfigurationError) as exc:
                 # The log's fold disagrees with ours, the database can never hold a value of
                 # this event, or the call itself is wrong: it can never be written. It goes
@@ -349,6 +360,29 @@ class Recorder:
             self.recorded += 1
             return True
         return False  # pragma: no cover - the loop always returns
+
+    def _file_lost(self, exc: LogFileLostError) -> None:
+        """The log's file was deleted, renamed or replaced while open: say so once, write no
+        more (the writes would go to the lost file), keep every event from this one on.
+
+        They stay queued, and are saved with the unwritten events at the end (the
+        dead-letter file), exactly as recorded; the shadow states go on deciding. No new log
+        is started at the path: one that was moved away still holds the history, and a file
+        someone put in its place is not this log.
+        """
+        self.refused = str(exc)
+        log, self.log = self.log, None
+        logger.error(
+            "statemachine: %s. Nothing more is written to it: the %d event(s) this driver "
+            "recorded into it are only in that file (gone if it was deleted), and this and "
+            "every later event are kept and saved at the end of the run to the unwritten "
+            "events file (statemachine-unwritten-<pid>.jsonl)", str(exc).rstrip("."),
+            self.recorded,
+        )
+        try:
+            log.close(clean=False)  # releases the connections; its own writes fail alike
+        except Exception as close_exc:  # the lost file: nothing to report twice
+            logger.debug("statemachine: closing the lost log: %s", close_exc)
 
     # ------------------------------------------------------------------ the end
 

@@ -2,9 +2,12 @@
 
 The default is ``statemachine.db`` in the experiment's folder when the experiment is stored on
 the local filesystem, so the log travels with the experiment; for remote storage (S3, GCS) it
-is ``~/ray_results/<experiment>/statemachine.db`` on the driver, and a copy of it follows the
-experiment to its storage (:func:`log_sync_for`, :mod:`statemachine.tune.log_sync`). A SQLite
-log on a network or FUSE filesystem is warned about once (:func:`warn_if_network_filesystem`).
+is ``~/ray_results/<experiment>/<scheme>-<key>/statemachine.db`` on the driver, keyed by where
+the experiment is stored (``<key>``: the start of the SHA-256 of its storage URI), so two
+experiments of the same name stored in two places never share a local log; a copy of it
+follows the experiment to its storage (:func:`log_sync_for`, :mod:`statemachine.tune.log_sync`).
+A SQLite log on a network or FUSE filesystem is warned about once
+(:func:`warn_if_network_filesystem`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from statemachine.log.remote import storage_key
 from statemachine.log_location import DB_URL_ENV, DEFAULT_LOG_FILENAME
 from statemachine.tune import ray_surface
 
@@ -35,11 +39,17 @@ def is_local_filesystem(fs: Any) -> bool:
 
 def default_db_path(trial: Any) -> Path:
     """The default SQLite file for the experiment ``trial`` belongs to."""
-    if is_local_filesystem(ray_surface.storage_filesystem(trial)):
-        folder = Path(ray_surface.experiment_path(trial))
-    else:
-        folder = Path("~/ray_results").expanduser() / ray_surface.experiment_name(trial)
-    return folder / DEFAULT_LOG_FILENAME
+    fs = ray_surface.storage_filesystem(trial)
+    if is_local_filesystem(fs):
+        return Path(ray_surface.experiment_path(trial)) / DEFAULT_LOG_FILENAME
+    return _legacy_db_path(trial).parent / storage_key(fs, ray_surface.experiment_path(trial)) \
+        / DEFAULT_LOG_FILENAME
+
+
+def _legacy_db_path(trial: Any) -> Path:
+    """Where statemachine kept the log of a remotely stored experiment before the key."""
+    return Path("~/ray_results").expanduser() / ray_surface.experiment_name(trial) \
+        / DEFAULT_LOG_FILENAME
 
 
 def resolve_url(url: str | None, trial: Any) -> str:
@@ -62,11 +72,17 @@ def log_sync_for(url: str | None, trial: Any) -> LogSync | None:
     fs = ray_surface.storage_filesystem(trial)
     if is_local_filesystem(fs):
         return None
+    from statemachine.log.credentials import redact_uri
+    from statemachine.log.records import storable_name
     from statemachine.log.remote import RemoteFile
     from statemachine.tune.log_sync import LogSync
 
     remote = RemoteFile(fs, f"{ray_surface.experiment_path(trial)}/{DEFAULT_LOG_FILENAME}")
-    return LogSync(default_db_path(trial), remote)
+    # The experiment's name and storage path as the callback records them in the log.
+    return LogSync(default_db_path(trial), remote,
+                   experiment=storable_name(ray_surface.experiment_name(trial)),
+                   storage_path=storable_name(redact_uri(ray_surface.experiment_path(trial))),
+                   legacy=_legacy_db_path(trial))
 
 
 def warn_if_network_filesystem(url: str) -> None:

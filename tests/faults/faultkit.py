@@ -25,6 +25,34 @@ REPO = HERE.parent.parent
 REPORT_ENV = "STATEMACHINE_RELIABILITY_REPORT"
 
 
+def under_ci_or_skip(reason: str) -> None:
+    """Skip with ``reason``; under ``CI`` a scenario that cannot run is a failure."""
+    import pytest
+
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI is set: the fault scenarios must run)")
+    pytest.skip(reason)
+
+
+def fill(folder: Path) -> int:
+    """Write a filler file until the filesystem is full; returns its size."""
+    chunk = b"\0" * 65536
+    size = 0
+    with (folder / "filler").open("wb", buffering=0) as out:
+        while True:
+            try:
+                size += out.write(chunk)
+            except OSError:
+                break
+        for step in (4096, 512, 1):
+            while True:
+                try:
+                    size += out.write(b"\0" * step)
+                except OSError:
+                    break
+    return size
+
+
 def worker_pythonpath() -> str:
     """PYTHONPATH that lets Ray workers and driver processes import the package and tests."""
     parts = [str(REPO), os.environ.get("PYTHONPATH", "")]

@@ -40,6 +40,13 @@ ORDER = [
     "Rows that disagree with each other",
     "Hostile export files",
     "Reading a log that must not change",
+    "Log file deleted mid-run",
+    "Disk full through the API",
+    "Disk full to the end of a run",
+    "Bad copies on storage",
+    "Uploader SIGKILLed mid-upload",
+    "Concurrent writers and readers (SQLite)",
+    "Concurrent writers and readers (PostgreSQL)",
 ]
 
 

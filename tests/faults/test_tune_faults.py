@@ -33,7 +33,14 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from tests.faults.fault_trainables import Steps, beats, checkpoint_iteration
-from tests.faults.faultkit import Figures, LogCount, captured, check_log
+from tests.faults.faultkit import (
+    Figures,
+    LogCount,
+    captured,
+    check_log,
+    fill,
+    under_ci_or_skip,
+)
 
 pytestmark = [pytest.mark.faults, pytest.mark.ray]
 
@@ -42,13 +49,6 @@ OUTAGE_S = 3.0
 AFTER = 3
 #: Files in the control folder that hold the trial at an iteration while they exist.
 HOLDS = {"hold-until-injected": AFTER + 1, "hold-until-lifted": ITERS}
-
-
-def under_ci_or_skip(reason: str) -> None:
-    """Skip with ``reason``; under ``CI`` a scenario that cannot run is a failure."""
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason} (CI is set: the fault scenarios must run)")
-    pytest.skip(reason)
 
 
 class Fault(threading.Thread):
@@ -291,40 +291,6 @@ def test_sqlite_locked_by_another_process(
 
 
 # ------------------------------------------------------------------ the disk fills
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 4 MiB tmpfs mounted for the test (skipped when mounting is not permitted)."""
-    mount = tmp_path / "small-disk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        under_ci_or_skip(f"cannot mount a tmpfs to fill: {done.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def fill(folder: Path) -> int:
-    """Write a filler file until the filesystem is full; returns its size."""
-    chunk = b"\0" * 65536
-    size = 0
-    with (folder / "filler").open("wb", buffering=0) as out:
-        while True:
-            try:
-                size += out.write(chunk)
-            except OSError:
-                break
-        for step in (4096, 512, 1):
-            while True:
-                try:
-                    size += out.write(b"\0" * step)
-                except OSError:
-                    break
-    return size
 
 
 def test_disk_fills_up(

@@ -11,6 +11,7 @@ import pytest
 
 from statemachine.log import EventStore
 from statemachine.log.records import INGEST_KIND
+from statemachine.log.remote import storage_key
 from tests.ingest.conftest import (
     VERSIONS,
     ingest_json,
@@ -150,7 +151,9 @@ def test_an_experiment_on_s3(version: str, s3_env: S3Server, tmp_path: Path,
     uri = f"s3://{bucket}/runs/faults"
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     report = ingest_json(uri)  # no --db: where the callback keeps a log for S3 storage
-    local = tmp_path / "home" / "ray_results" / "faults" / "statemachine.db"
+    key = storage_key(s3_env.filesystem(), f"{bucket}/runs/faults")
+    assert key.startswith("s3-")
+    local = tmp_path / "home" / "ray_results" / key / "statemachine.db"
     assert report["log"] == f"sqlite:///{local}" and report["source"] == uri
     assert log_trials(local, "faults") == ray_view(version, "faults")
     saved = {e.event.checkpoint for e in log_events(local, "faults")

@@ -332,3 +332,53 @@ def test_a_log_at_revision_0001_upgrades_with_its_sessions_intact(tmp_path: Path
     with EventStore.open(copy, create=False) as store:
         assert [(s.epoch, s.kind) for s in store.list_sessions("old")] == [
             (1, None), (2, "restore")]
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_log_at_revision_0002_upgrades_with_its_rows_intact_and_gets_an_identity(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    """0003 adds experiments.log_id: an older log keeps every row, its identity unknown (NULL)
+    until its next driver session writes one, which then stays."""
+    from alembic import command
+
+    from statemachine.cli import main
+    from statemachine.domain.events import CheckpointSaved, TrialAdded, TrialStarted
+    from statemachine.domain.policy import RetryPolicy
+    from statemachine.log import ExperimentLog, verify
+    from statemachine.log.migrate import alembic_config
+
+    url = request.getfixturevalue("sqlite_url" if backend == "sqlite" else "pg_url")
+    with ExperimentLog.open(url, "old", RetryPolicy(), storage_path="b/exps/old") as log:
+        for trial in ("t1", "t2"):
+            log.record(trial, TrialAdded(config={"lr": 0.1}))
+            log.record(trial, TrialStarted())
+            log.record(trial, CheckpointSaved(f"{trial}/ckpt"))
+    engine = create_engine(url)
+    with engine.begin() as conn:  # the log as revision 0002 left it (its rows real)
+        command.downgrade(alembic_config(conn), "0002")
+    assert current_revision(engine) == "0002"
+    assert "log_id" not in {c["name"] for c in inspect(engine).get_columns("experiments")}
+    with engine.connect() as conn:
+        rows_before = conn.execute(text("SELECT * FROM events ORDER BY position")).all()
+    engine.dispose()
+
+    assert main(["--db", url, "db", "upgrade"]) == 0
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT * FROM events ORDER BY position")).all() == rows_before
+        assert conn.execute(text("SELECT name, storage_path, log_id FROM experiments")).all() \
+            == [("old", "b/exps/old", None)]
+    with EventStore.open(url, create=False) as store:
+        assert verify(store, "old").ok
+    with ExperimentLog.open(url, "old", RetryPolicy(), storage_path="b/exps/old") as log:
+        log.record("t1", CheckpointSaved("t1/ckpt2"))
+    with engine.connect() as conn:
+        (log_id,) = conn.execute(text("SELECT log_id FROM experiments")).scalars()
+    assert log_id is not None and len(log_id) == 32
+    with ExperimentLog.open(url, "old", RetryPolicy(), storage_path="b/exps/old"):
+        pass
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT log_id FROM experiments")).scalars().all() == [log_id]
+    engine.dispose()

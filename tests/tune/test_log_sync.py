@@ -11,6 +11,7 @@ import logging
 import shutil
 import sqlite3
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -126,10 +127,10 @@ class HeldRemote(RemoteFile):
         super().__init__(fs, path)
         self.uploading, self.release = threading.Event(), threading.Event()
 
-    def upload(self, local: Path) -> None:
+    def upload(self, local: Path, *args: Any) -> None:
         self.uploading.set()
         assert self.release.wait(30), "the test never released the upload"
-        super().upload(local)
+        super().upload(local, *args)
 
 
 def test_uploads_return_at_once_and_coalesce(tmp_path: Path) -> None:
@@ -164,9 +165,11 @@ def test_an_unchanged_log_is_not_uploaded_again_and_leftovers_are_removed(
     storage.parent.mkdir()
     leftover = storage.parent / ".statemachine.db.uploading-0123456789ab"
     leftover.write_bytes(b"half an upload of a killed driver")
+    half_manifest = storage.parent / ".statemachine.db.manifest.json.uploading-0123456789ab"
+    half_manifest.write_bytes(b'{"format": "statemac')
     sync = LogSync(local, RemoteFile(local_fs(), str(storage)))
     sync.prepare()
-    assert not leftover.exists()
+    assert not leftover.exists() and not half_manifest.exists()
     sync.request(7)
     assert sync.flush(timeout=30)
     sync.request(7)  # nothing written since: no upload
@@ -176,7 +179,8 @@ def test_an_unchanged_log_is_not_uploaded_again_and_leftovers_are_removed(
     sync.request()  # None: always
     assert sync.close(timeout=30)
     assert sync.stats.requests == 3
-    assert sorted(p.name for p in storage.parent.iterdir()) == ["statemachine.db"]
+    assert sorted(p.name for p in storage.parent.iterdir()) == [
+        "statemachine.db", "statemachine.db.manifest.json"]
 
 
 def test_a_failed_upload_is_retried_reported_and_recovers(
@@ -238,3 +242,86 @@ def test_a_log_read_from_a_downloaded_copy(tmp_path: Path) -> None:
     with pytest.raises(LogSyncError, match="no event log at"):
         with downloaded(f"file://{tmp_path / 'nothing'}"):
             pass
+
+
+class Killed(BaseException):
+    """The uploading process dies here: nothing after it runs (no except, no finally)."""
+
+
+class _MoveDies:
+    """A filesystem whose move of the copy into place fails with ``error``."""
+
+    def __init__(self, fs: Any, target: str, error: BaseException) -> None:
+        self._fs, self._target, self._error = fs, target, error
+
+    def move(self, source: str, destination: str) -> None:
+        if destination == self._target:
+            raise self._error
+        self._fs.move(source, destination)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fs, name)
+
+
+def upload_version(local: Path, remote: RemoteFile, scratch: Path) -> None:
+    """One upload as LogSync makes it: a consistent copy, its manifest, the previous one."""
+    from statemachine.log.copy_check import manifest_for
+
+    copy = scratch / f"copy-{uuid.uuid4().hex}.db"
+    consistent_copy(local, copy)
+    manifest = manifest_for(copy, log_id="a-log", experiment="exp", storage_path=None)
+    remote.upload(copy, manifest, remote.read_manifest())
+
+
+def test_the_copy_stays_vouched_for_when_uploads_die_before_their_move(tmp_path: Path) -> None:
+    local = tmp_path / "home" / "statemachine.db"
+    write_log(local, trials=1)
+    storage = tmp_path / "storage" / "statemachine.db"
+    remote = RemoteFile(local_fs(), str(storage))
+    upload_version(local, remote, tmp_path)
+    whole = storage.read_bytes()
+    for _ in range(2):  # twice in a row, a kill after the manifest was written, before the move
+        write_log(local, trials=1)
+        dying = RemoteFile(local_fs(), str(storage))
+        dying.fs = _MoveDies(dying.fs, str(storage), Killed())
+        with pytest.raises(Killed):
+            upload_version(local, dying, tmp_path)
+    assert storage.read_bytes() == whole  # the first upload's copy, still accepted
+    assert remote.download_checked(tmp_path / "fetched.db")
+    assert log_progress(tmp_path / "fetched.db") == LogProgress(1, 2)
+    # A move that fails (an error, not a kill) puts the manifest back as it was.
+    manifest = (storage.parent / "statemachine.db.manifest.json").read_bytes()
+    write_log(local, trials=1)
+    failing = RemoteFile(local_fs(), str(storage))
+    failing.fs = _MoveDies(failing.fs, str(storage), OSError("permission denied"))
+    with pytest.raises(LogSyncError, match="permission denied"):
+        upload_version(local, failing, tmp_path)
+    assert (storage.parent / "statemachine.db.manifest.json").read_bytes() == manifest
+    # The next upload that works replaces both; the killed uploads' leftovers are cleared.
+    upload_version(local, remote, tmp_path)
+    assert remote.download_checked(tmp_path / "fetched-last.db")
+    assert log_progress(tmp_path / "fetched-last.db") == LogProgress(4, 8)
+    assert remote.remove_leftovers() == 2
+
+
+def test_a_log_kept_by_an_older_statemachine_is_taken_over_only_for_its_own_storage(
+    tmp_path: Path,
+) -> None:
+    from statemachine.tune.copy_choice import take_over_legacy
+
+    legacy = tmp_path / "ray_results" / "exp" / "statemachine.db"
+    log = ExperimentLog.open(legacy, "exp", RetryPolicy(), storage_path="bucket-b/exps/exp")
+    log.record("t0", TrialAdded(config={}))
+    log.close()
+    before = legacy.read_bytes()
+    # Another experiment named exp (stored on bucket A): the old file is not its log.
+    on_a = legacy.parent / "s3-aaaaaaaaaaaa" / "statemachine.db"
+    assert take_over_legacy(legacy, on_a, "exp", "bucket-a/exps/exp") is None
+    assert not on_a.exists()
+    # Its own experiment (bucket B): a copy goes to the keyed place; the old file stays as it was.
+    on_b = legacy.parent / "s3-bbbbbbbbbbbb" / "statemachine.db"
+    message = take_over_legacy(legacy, on_b, "exp", "bucket-b/exps/exp") or ""
+    assert f"{legacy} (written by an older statemachine) copied to {on_b}" in message
+    assert log_progress(on_b) == log_progress(legacy) == LogProgress(1, 1)
+    assert legacy.read_bytes() == before
+    assert take_over_legacy(legacy, on_b, "exp", "bucket-b/exps/exp") is None  # once

@@ -97,7 +97,8 @@ def test_a_new_head_node_restores_from_s3_with_the_budgets(
         raise AssertionError(f"the bucket's log never held the retries: {seen_before_kill}")
 
     def lose_the_head_node() -> None:
-        local_log = first / "home" / "ray_results" / "crash" / "statemachine.db"
+        # Keyed by where the experiment is stored: ray_results/<name>/s3-<key>/
+        (local_log,) = (first / "home" / "ray_results" / "crash").glob("s3-*/statemachine.db")
         assert local_log.exists(), "the first driver's log was not where expected"
         shutil.rmtree(first)
 

@@ -22,10 +22,11 @@ def ingest(out: Output, folder: str, name: str | None, as_json: bool) -> int:
     """Reconstruct the history of a Ray Tune experiment that ran without the callback from
     the files Ray wrote (experiment_state-*.json, each trial's params.json, result.json,
     error.txt and checkpoint folders; never a pickle), and record it in the --db log
-    (default: statemachine.db in a local experiment folder, where the callback keeps it;
-    ~/ray_results/<name>/ for s3://...). Every view then says the history is reconstructed
-    and what it cannot know. Running it again after the experiment went on adds only what
-    is new; an experiment the callback recorded is refused (its log is complete)."""
+    (default: where the callback keeps its log: statemachine.db in a local experiment
+    folder; for s3://... its local log in ~/ray_results/). Every view then says the history
+    is reconstructed and what it cannot know. Running it again after the experiment went on
+    adds only what is new; an experiment the callback recorded is refused (its log is
+    complete)."""
     result = ingest_experiment(folder, db=out.db, name=name, warn=out.warn)
     if as_json:
         out.json(result.to_dict())

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import socket
 import webbrowser
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 import click
 
-from statemachine.cli.db import BadInput, open_store
+from statemachine.cli.db import BadInput, open_resolved, open_store, resolve_db
 from statemachine.cli.output import Output
 from statemachine.cli.reading import require_experiment
-from statemachine.cli.web import Pages, make_server
+from statemachine.cli.web import Pages
+from statemachine.cli.web.pages import STATIC_PATH
 
 if TYPE_CHECKING:
     from statemachine.log import EventStore
@@ -21,46 +24,64 @@ if TYPE_CHECKING:
 @click.command("serve")
 @click.argument("experiment", required=False)
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on (the default serves this machine only).")
+              help="Address to listen on (the default serves this machine only; anything "
+                   "else lets anyone who reaches it read the pages: there is no login).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
               help="Port to listen on (0: any free port).")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="NAME",
+              help="Also answer requests for this host name (a DNS name or proxy in front "
+                   "of the server); repeatable. Other names get 421.")
 @click.option("--open", "open_browser", is_flag=True, help="Open the page in a browser.")
 @click.pass_obj
 def serve(
-    out: Output, experiment: str | None, host: str, port: int, open_browser: bool
+    out: Output, experiment: str | None, host: str, port: int, allow_hosts: tuple[str, ...],
+    open_browser: bool,
 ) -> int:
     """Serve the timeline and each trial's explanation as local web pages that reload
     themselves while the experiment runs (until interrupted, Ctrl-C). EXPERIMENT (default:
     the only one in the log) is the first page; the others are a click away."""
-    db = out.db
+    # Starlette and uvicorn are imported here: every other command starts without them.
+    from statemachine.cli.web.routes import build_app
+    from statemachine.cli.web.server import listen, run, shown_url
+    from statemachine.cli.web.transport import allowed_hosts, guarded, is_loopback, is_wildcard
+    from statemachine.log.remote import is_storage_uri
+
+    # Resolved once: a log deleted while serving is then "no event log at PATH" (503).
+    target = out.db if out.db and is_storage_uri(out.db) else resolve_db(out.db)
 
     @contextmanager
     def opened() -> Iterator[EventStore]:
-        with open_store(db) as store:
+        with open_resolved(target) as store:
             yield store
 
-    with opened() as store:  # bad --db or experiment: one line now, not in the browser
+    with open_store(out.db) as store:  # bad --db or experiment: one line now, not in the browser
         names = [i.name for i in store.list_experiments()]
         first = require_experiment(store, experiment) if experiment or len(names) == 1 else None
     try:
-        server = make_server(host, port, Pages(opened, out))
+        sock = listen(host, port)
     except OSError as exc:
-        raise BadInput(f"cannot listen on {host}:{port}: {exc.strerror or exc}; "
-                       "pass another --port (0: any free port)") from None
-    bound_host, bound_port = str(server.server_address[0]), int(server.server_address[1])
-    shown = "127.0.0.1" if bound_host in ("0.0.0.0", "") else bound_host
-    url = f"http://{shown}:{bound_port}/"
+        fix = ("check --host" if isinstance(exc, socket.gaierror)
+               else "pass another --port (0: any free port)")
+        raise BadInput(f"cannot listen on {host}:{port}: {exc.strerror or exc}; {fix}") from None
+    bound = str(sock.getsockname()[0])
+    allowed = allowed_hosts(host, bound, allow_hosts)
+    app = guarded(build_app(Pages(opened, out), out.note), allowed, STATIC_PATH)
+    url = shown_url(host, sock)
     if first is not None:
-        from urllib.parse import quote
-
         url += f"e/{quote(first, safe='')}"
-    click.echo(f"Serving {url} (Ctrl-C stops)", err=False)
+    if not is_loopback(bound):
+        where = (f"{host or '0.0.0.0'} (every address of this machine)" if is_wildcard(host)
+                 else host)
+        out.note(f"trial-replay: warning: serving on {where}: anyone who can reach port "
+                 f"{sock.getsockname()[1]} can read every page (trial names, error messages, "
+                 "tracebacks, paths); there is no authentication")
+    click.echo(f"Serving {url} (Ctrl-C stops)")
     if open_browser:
         webbrowser.open(url)
     try:
-        server.serve_forever(poll_interval=0.2)
+        run(app, sock)
     except KeyboardInterrupt:
         pass
     finally:
-        server.server_close()
+        sock.close()
     return 0

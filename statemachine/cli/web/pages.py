@@ -1,12 +1,13 @@
-"""``trial-replay serve``: the timeline and each trial's ``explain`` as local web pages.
+"""The HTML of ``trial-replay serve``: the experiments, each one's timeline and trials, and
+each trial's ``explain``.
 
-Standard library only (:mod:`http.server`): one thread per request, each request opens the
-log read-only and closes it again, so a page always shows the log as it is now. Every page
-asks ``/api/version`` every :data:`POLL_SECONDS` seconds and reloads itself when the log has
-new events (or a driver session started or ended): the ``tail -f`` of the browser.
+Each page is built from the log as it is now (``open_store`` opens it read-only, once per
+page). Every page loads ``static/live.js``, which asks ``/api/version`` every
+:data:`POLL_SECONDS` seconds and reloads the page when the log has new events (or a driver
+session started or ended): the ``tail -f`` of the browser.
 
 Every text that comes from the log (experiment and trial names, error messages) is escaped
-for HTML; names in links are URL-quoted.
+for HTML; names in links are URL-quoted. Pages hold no inline script or style.
 """
 
 from __future__ import annotations
@@ -14,13 +15,10 @@ from __future__ import annotations
 import hashlib
 import html
 import json
-import threading
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote
 
 from statemachine.cli.explain import describe_policy, explain_trial
 from statemachine.cli.provenance import reconstructed_note
@@ -34,33 +32,20 @@ from statemachine.cli.reading import (
 from statemachine.cli.safe_text import xml_safe
 from statemachine.cli.schema import trial_row
 from statemachine.cli.timeline import build_model, render_svg
-from statemachine.exceptions import StateMachineError
 
 if TYPE_CHECKING:
     from statemachine.cli.output import Output
     from statemachine.log import EventStore
     from statemachine.log.records import SessionInfo
 
-__all__ = ["POLL_SECONDS", "Pages", "make_server"]
+__all__ = ["POLL_SECONDS", "STATIC_PATH", "NotFound", "Pages", "error_page"]
 
 #: How often a page asks whether the log changed.
 POLL_SECONDS = 2.0
+#: Where the package's static files (script, style) are served.
+STATIC_PATH = "/static"
 
 OpenStore = Callable[[], AbstractContextManager["EventStore"]]
-
-_STYLE = """
-body { font-family: Helvetica, Arial, sans-serif; margin: 16px 24px; color: #222; }
-h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 24px; }
-table { border-collapse: collapse; font-size: 13px; }
-th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }
-th { background: #f0f0f0; }
-.ERROR { color: #b00020; font-weight: bold; } .TERMINATED { color: #1b7f3b; }
-.RUNNING, .RESTORING { color: #1f5fbf; }
-.live { color: #777; font-size: 12px; } .steps td:first-child { white-space: nowrap; }
-nav { font-size: 13px; margin-bottom: 8px; }
-.summary { font-weight: bold; max-width: 70em; }
-.reconstructed { background: #fff6d6; padding: 4px 8px; max-width: 70em; }
-"""
 
 
 def _e(value: Any) -> str:
@@ -177,85 +162,30 @@ def _reconstructed(sessions: Iterable[SessionInfo], epochs: Iterable[int] | None
     return f'<p class="reconstructed">{_e(note)}</p>' if note else ""
 
 
-def _page(title: str, body: str) -> str:
+def _page(title: str, body: str, *, state: str = "ok") -> str:
+    # No inline script or style (the Content-Security-Policy allows this server's files only):
+    # the look and the live reload are static files of the package (static/).
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <title>{_e(title)}</title>
-<style>{_STYLE}</style>
+<link rel="stylesheet" href="{STATIC_PATH}/serve.css">
+<script src="{STATIC_PATH}/live.js" data-poll-ms="{int(POLL_SECONDS * 1000)}" defer></script>
 </head>
-<body>
+<body data-state="{state}">
 <main>
 {body}
 <p class="live" id="live">Live: this page reloads when the event log changes.</p>
 </main>
-<script>
-(function () {{
-  var seen = null;
-  function poll() {{
-    fetch("/api/version", {{cache: "no-store"}}).then(function (r) {{ return r.json(); }})
-      .then(function (d) {{
-        if (seen !== null && d.version !== seen) {{ location.reload(); return; }}
-        seen = d.version;
-        document.getElementById("live").textContent =
-          "Live: checked " + new Date().toLocaleTimeString() + "; reloads on new events.";
-      }})
-      .catch(function () {{
-        document.getElementById("live").textContent = "Live: the server is not answering.";
-      }});
-  }}
-  poll();
-  setInterval(poll, {int(POLL_SECONDS * 1000)});
-}})();
-</script>
 </body>
 </html>
 """
 
 
-def _route(pages: Pages, path: str) -> tuple[str, str]:
-    """(content type, body) for a request path; raises :class:`NotFound`."""
-    parts = [unquote(p) for p in urlsplit(path).path.split("/") if p]
-    if not parts:
-        return "text/html", pages.index()
-    if parts == ["api", "version"]:
-        return "application/json", json.dumps({"version": pages.version()})
-    if parts[0] == "e" and len(parts) == 2:
-        return "text/html", pages.experiment(parts[1])
-    if parts[0] == "e" and len(parts) == 4 and parts[2] == "t":
-        return "text/html", pages.trial(parts[1], parts[3])
-    raise NotFound(f"no page at {path}")
+def error_page(title: str, message: str, *, unavailable: bool = False) -> str:
+    """A page saying one thing (a page not found, the log unavailable), the text escaped.
 
-
-def make_server(host: str, port: int, pages: Pages) -> ThreadingHTTPServer:
-    """A threading HTTP server for ``pages`` bound to ``host:port`` (0: any free port)."""
-    lock = threading.Lock()  # the Output (warnings, exit code) is shared by the threads
-
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "trial-replay"
-
-        def do_GET(self) -> None:
-            try:
-                with lock:
-                    ctype, body = _route(pages, self.path)
-                status = HTTPStatus.OK
-            except NotFound as exc:
-                ctype, body, status = "text/html", _page("not found", f"<p>{_e(exc)}</p>"), \
-                    HTTPStatus.NOT_FOUND
-            except StateMachineError as exc:
-                ctype, body, status = "text/html", _page("error", f"<p>{_e(exc)}</p>"), \
-                    HTTPStatus.SERVICE_UNAVAILABLE
-            data = body.encode("utf-8")
-            self.send_response(status)
-            self.send_header("Content-Type", f"{ctype}; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # quiet: the terminal shows the URL, not every poll
-
-    return ThreadingHTTPServer((host, port), Handler)
-
+    ``unavailable``: the log could not be read; the page reloads once it can.
+    """
+    return _page(title, f"<p>{_e(message)}</p>", state="unavailable" if unavailable else "ok")
