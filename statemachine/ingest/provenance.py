@@ -29,7 +29,8 @@ NOT_KNOWN: tuple[str, ...] = (
     "read). Where Ray's num_failures is higher, its count was adopted (CountersAdopted).",
     "Checkpoints deleted by num_to_keep are known only when a function trainable's result "
     "named them; a class trainable's are placed by the iteration Ray's checkpoint manager "
-    "recorded, else by the folder's time.",
+    "recorded, else by the folder's time; one Ray writes again under a name already "
+    "recorded (after a resume) is recorded once.",
     "A pause and a driver restart look alike: an attempt that ended without a failure and "
     "ran again is recorded as queued again (TrialResumed).",
     "Nodes are known by IP address (node_ip) only: Ray's files hold no node ids; "

@@ -8,8 +8,9 @@ trial is and the glue between them follows from the fold:
 - an attempt: ``TrialStarted`` on its node (``node_ip``) restoring from the checkpoint of
   the iteration it continued from, after ``TrialResumed`` when the attempt before it ended
   without a failure (a driver restart or a pause) or ``TrialReset`` when the trial had ended
-  (``Tuner.restore(resume_errored=True)``); an attempt that began again at iteration 1 while
-  checkpoints were known first discards them (``CheckpointsDiscarded``: Ray did not restore);
+  (``Tuner.restore(resume_errored=True)``: counters kept; ``restart_errored`` gives Ray a new
+  trial id); an attempt that began again at iteration 1 while checkpoints were known first
+  discards them (``CheckpointsDiscarded``: Ray did not restore them);
   its first result gives ``RestoreSucceeded`` (when restoring) and ``FirstResult``;
 - a checkpoint: ``CheckpointSaved`` (its path as Ray names it);
 - a failure: ``TrialFailed`` typed from its text by
@@ -29,8 +30,9 @@ Ray saves neither ``TUNE_RESTORE_RETRY_NUM`` nor its restore counter: the policy
 
 Incremental: a trial already in the log continues from its folded state; items whose
 events the log holds (by their ids, derived from the source) are skipped, and an item the
-folder gained *before* what the log holds cannot be inserted into the past: it is reported,
-not added.
+folder gained *before* what the log holds (a start, a result or a failure of it) cannot be
+inserted into the past: it is reported, not added. A checkpoint is known by its folder's
+name: one Ray writes again under a name the log holds is not recorded twice.
 """
 
 from __future__ import annotations
@@ -263,7 +265,10 @@ class _TrialBuilder:
     def run(self, config: dict[str, Any]) -> None:
         items = self.timeline.items
         done = {i for i, item in enumerate(items) if self._marker(item) in self.stored}
-        last_done = max(done, default=-1)
+        # A checkpoint the log holds never makes what the folder shows before it late: a
+        # worker outliving its killed driver writes one more folder, which Ray writes again
+        # under the same name once the trial resumes (that second save is not recorded).
+        last_done = max((i for i in done if items[i].kind != "checkpoint"), default=-1)
         for index, item in enumerate(items):
             if index in done:
                 continue
@@ -305,8 +310,9 @@ class _TrialBuilder:
         if work.status in _LIVE:
             self._emit(TrialResumed(), item.key + "/resumed", item.time)
         elif work.status.is_terminal:
-            scratch = restored == 0 and bool(work.checkpoints)
-            self._emit(TrialReset(from_scratch=scratch), item.key + "/reset", item.time)
+            # Only resume_errored runs an ended trial again under its id (restart_errored
+            # makes a new trial, with a new id): counters kept, as Ray keeps them.
+            self._emit(TrialReset(), item.key + "/reset", item.time)
         if restored == 0 and work.checkpoints:
             self._emit(CheckpointsDiscarded(checkpoints=work.checkpoints, reason=FROM_SCRATCH),
                        item.key + "/discarded", item.time)

@@ -108,22 +108,28 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=60)
 
 
-def _errored_in_state(folder: Path) -> bool:
+def _errored_on_storage(folder: Path) -> bool:
+    """Whether Ray's saved state has trial ``e`` ERROR *and* its ``error.txt`` reached the
+    experiment folder: Ray writes error.txt in its staging folder and copies it to storage
+    on its own schedule, so the state can say ERROR before the failure is there (a kill
+    then leaves no trace of it: tested apart, with the committed folders)."""
     for path in folder.glob("experiment_state-*.json"):
         try:
             document = json.loads(path.read_text())
             trials = [json.loads(t) for t, _ in document["trial_data"]]
         except (ValueError, OSError, KeyError, TypeError):
             continue  # being written
-        if any(t["config"]["case"]["tag"] == "e" and t["status"] == "ERROR" for t in trials):
-            return True
+        for trial in trials:
+            if trial["config"]["case"]["tag"] == "e" and trial["status"] == "ERROR":
+                return (folder / trial["relative_logdir"] / "error.txt").exists()
     return False
 
 
 def run_crash(base: Path, between: Callable[[Path], None] | None = None,
               name: str = "crash") -> CrashRun:
-    """Fit, SIGKILL the driver once trial ``e`` is ERROR in Ray's state and ``s`` has
-    reported 4 results, run ``between(folder)``, then ``Tuner.restore(resume_errored=True)``.
+    """Fit, SIGKILL the driver once trial ``e`` is ERROR in Ray's state (its error.txt in the
+    folder) and ``s`` has reported 4 results, run ``between(folder)``, then
+    ``Tuner.restore(resume_errored=True)``.
 
     The drivers join this process's Ray cluster (``ray.init`` first): killing one ends its
     job, whose trial actors Ray then stops, and no driver pays for a cluster of its own.
@@ -138,7 +144,7 @@ def run_crash(base: Path, between: Callable[[Path], None] | None = None,
     driver = _driver("fit", args, log)
     try:
         deadline = time.monotonic() + 180
-        while not ((ctl / "s-4").exists() and _errored_in_state(folder)):
+        while not ((ctl / "s-4").exists() and _errored_on_storage(folder)):
             assert driver.poll() is None, f"the driver ended early:\n{log.read_text()[-3000:]}"
             assert time.monotonic() < deadline, f"no kill point reached:\n{log.read_text()}"
             time.sleep(0.1)

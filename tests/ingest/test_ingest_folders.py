@@ -135,3 +135,30 @@ def test_an_error_file_that_reached_storage_late(version: str, tmp_path: Path) -
     types = [e.type_name for e in log_events(db, "crash") if e.trial_id == errored]
     assert types.count("TrialFailed") == 1
     assert run_cli("--db", db, "verify")[0] == 0
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_checkpoint_a_dying_worker_wrote_after_the_ingest_at_the_kill(
+    version: str, tmp_path: Path
+) -> None:
+    """The driver is dead, its trial's worker not yet: it writes one more checkpoint folder
+    (workers write checkpoints to storage themselves), which the ingest at the kill records.
+    Tuner.restore then starts the trial from Ray's saved state and saves under that same
+    name again: the later ingest still adds the resumed attempt (a checkpoint the log holds
+    never makes what comes before it look late)."""
+    folder = ray_folder(version, "crash-at-kill", tmp_path / "crash")
+    running = tags(folder)["s"]
+    (trial_folder,) = folder.glob(f"*{running}*")
+    (trial_folder / "checkpoint_000004").mkdir()
+    (trial_folder / "checkpoint_000004" / "state.json").write_text('{"i": 5}')
+    db = tmp_path / "log.db"
+    ingest_json(folder, "--db", db)
+    shutil.rmtree(folder)
+    ray_folder(version, "crash", folder)  # attempt 2's first save is checkpoint_000004
+    resumed = ingest_json(folder, "--db", db)
+    trial = next(t for t in resumed["trials"] if t["trial_id"] == running)
+    assert trial["not_added"] == []
+    assert log_trials(db, "crash") == ray_view(version, "crash")
+    types = [e.type_name for e in log_events(db, "crash") if e.trial_id == running]
+    assert types.count("TrialStarted") == 2 and types.count("TrialResumed") == 1
+    assert run_cli("--db", db, "verify")[0] == 0
