@@ -87,10 +87,13 @@ def test_a_killed_and_resumed_driver(runs: Runs, tmp_path: Path) -> None:
     ids = tags(runs.crash)
     at_kill = {t["trial_id"]: t for t in runs.at_kill["trials"]}
     # At the kill, Ray's state had trial e ERROR: so had the log.
-    assert at_kill[ids["e"]]["status"] == at_kill[ids["e"]]["ray_status"] == "ERROR"
+    assert at_kill[ids["e"]]["status"] == at_kill[ids["e"]]["ray_status"] == "ERROR", at_kill
     db = runs.base / "incremental.db"
     resumed = ingest_json(runs.crash, "--db", db)
     assert resumed["epoch"] == 2 and resumed["events_added"] > 0
+    # Nothing the resumed run did was left out as older than what the log held.
+    assert all(not t["not_added"] and t["disagreement"] is None for t in resumed["trials"]), \
+        resumed["trials"]
     assert_agrees_with_ray(runs.crash, db, "crash", runs.crash_view)
     # resume_errored=True ran e again: TERMINATED with num_failures above max_failures=0.
     assert runs.crash_view[ids["e"]] == ["TERMINATED", 1]
@@ -100,8 +103,10 @@ def test_a_killed_and_resumed_driver(runs: Runs, tmp_path: Path) -> None:
     fresh = tmp_path / "fresh.db"
     ingest_json(runs.crash, "--db", fresh)
     assert log_trials(fresh, "crash") == log_trials(db, "crash")
-    assert sorted((e.trial_id, e.type_name, e.payload_json) for e in log_events(db, "crash")) \
-        == sorted((e.trial_id, e.type_name, e.payload_json) for e in log_events(fresh, "crash"))
+    incremental = sorted((e.trial_id, e.type_name, e.payload_json)
+                         for e in log_events(db, "crash"))
+    whole = sorted((e.trial_id, e.type_name, e.payload_json) for e in log_events(fresh, "crash"))
+    assert incremental == whole, (set(incremental) ^ set(whole), resumed["trials"])
     explain = " ".join(run_cli("--db", db, "explain", ids["e"])[1].split())
     assert "Queued again after ending in ERROR" in explain
     assert "Reconstructed from Ray's files by trial-replay ingest (epoch 1, 2)" in explain
