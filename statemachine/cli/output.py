@@ -115,8 +115,10 @@ def fit_columns(
 class Output:
     """Per-invocation context: the ``--db`` value, the layout and the exit code so far."""
 
-    def __init__(self, db: str | None) -> None:
+    def __init__(self, db: str | None, *, as_json: bool = False) -> None:
         self.db = db
+        self.as_json = as_json
+        """``--json`` given before the command (each command's own ``--json`` reads it)."""
         self.exit_code = 0
         self.wide = False
         """``--wide``: every column, every value in full (for a pager or a file)."""
@@ -207,10 +209,17 @@ class Output:
         self.console(10**6 if self.wide else None).print(cell(line, style or ""))
 
 
+def _json_flag(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    out = ctx.find_object(Output)
+    return bool(value or (out is not None and out.as_json))
+
+
 def json_option(func: Any) -> Any:
-    """The ``--json`` flag every command takes."""
+    """The ``--json`` flag every command takes (also given before the command: then
+    :attr:`Output.as_json` is set and the flag reads it)."""
     return click.option(
-        "--json", "as_json", is_flag=True, help="Print JSON (schema in docs/cli.md)."
+        "--json", "as_json", is_flag=True, callback=_json_flag,
+        help="Print JSON (schema in docs/cli.md); also accepted before the command.",
     )(func)
 
 

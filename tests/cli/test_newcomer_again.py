@@ -1,0 +1,85 @@
+"""A newcomer's first hour, second round (issue 29): ``--json`` on either side of the command,
+``--db`` on a storage folder, words that are true (``1 failure``), ``show`` at 80 columns
+keeping the error type, and ``nodes`` one row per machine."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.cli.conftest import EXP, Run, copy_fixture
+from tests.cli.test_bad_input import assert_one_line_error
+
+# ------------------------------------------------------------------ --json on either side
+
+
+@pytest.mark.parametrize("command", [["nodes", EXP], ["trials", EXP], ["explain", EXP,
+                                                                         "c_given_up"],
+                                     ["db", "current"]])
+def test_json_before_the_command_is_the_json_after_it(
+    invoke: Callable[..., Run], fixture_db: Path, command: list[str]
+) -> None:
+    before = invoke("--json", "--db", fixture_db, *command)
+    after = invoke("--db", fixture_db, *command, "--json")
+    assert before.exit_code == 0, before.stderr
+    assert before.stdout == after.stdout
+    json.loads(before.stdout)
+
+
+def test_json_before_a_command_without_json_is_one_line(
+    invoke: Callable[..., Run], fixture_db: Path
+) -> None:
+    line = assert_one_line_error(invoke("--json", "--db", fixture_db, "serve"), "serve")
+    assert "--json" in line
+
+
+# ------------------------------------------------------------------ --db on a storage folder
+
+
+def _storage(tmp_path: Path, *experiments: str) -> Path:
+    storage = tmp_path / "ray_results"
+    for name in experiments:
+        (storage / name).mkdir(parents=True)
+        copy_fixture(storage / name / "statemachine.db")
+    (storage / "not_an_experiment").mkdir(parents=True)
+    return storage
+
+
+def test_db_on_a_storage_folder_picks_its_only_experiment(
+    invoke: Callable[..., Run], tmp_path: Path
+) -> None:
+    storage = _storage(tmp_path, "flaky")
+    run = invoke("--db", storage, "trials", EXP, "--json")
+    assert run.exit_code == 0, run.stderr
+    assert {r["trial_id"] for r in json.loads(run.stdout)} >= {"c_given_up"}
+    assert invoke("--db", f"{storage}/", "verify").exit_code == 0  # `--db results/`
+
+
+def test_db_on_a_storage_folder_of_several_experiments_lists_them(
+    invoke: Callable[..., Run], tmp_path: Path
+) -> None:
+    storage = _storage(tmp_path, "flaky", "steady")
+    line = assert_one_line_error(invoke("--db", storage, "trials"), str(storage))
+    assert "2 experiments" in line
+    assert str(storage / "flaky") in line and str(storage / "steady") in line
+
+
+def test_db_on_a_folder_without_any_log_says_so(
+    invoke: Callable[..., Run], tmp_path: Path
+) -> None:
+    empty = _storage(tmp_path)
+    line = assert_one_line_error(invoke("--db", empty, "trials"), "no event log")
+    assert "statemachine.db" in line and "one level down" in line
+
+
+def test_db_on_a_storage_folder_reads_nothing_deeper(
+    invoke: Callable[..., Run], tmp_path: Path
+) -> None:
+    deep = tmp_path / "a" / "b"
+    deep.mkdir(parents=True)
+    shutil.copyfile(copy_fixture(tmp_path / "x.db"), deep / "statemachine.db")
+    assert_one_line_error(invoke("--db", tmp_path, "trials"), "no event log")
