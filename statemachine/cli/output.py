@@ -258,6 +258,11 @@ def relative_time(moment: str | None, *, reference: datetime | None = None) -> s
     return when.strftime("%Y-%m-%d")
 
 
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``1 failure``, ``2 failures``, ``0 failures``: a count with its noun agreeing."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
+
+
 def short_time(moment: str | None) -> str:
     """An ISO time as ``YYYY-MM-DD HH:MM:SS`` (UTC; empty for ``None``)."""
     if not moment:

@@ -83,3 +83,30 @@ def test_db_on_a_storage_folder_reads_nothing_deeper(
     deep.mkdir(parents=True)
     shutil.copyfile(copy_fixture(tmp_path / "x.db"), deep / "statemachine.db")
     assert_one_line_error(invoke("--db", tmp_path, "trials"), "no event log")
+
+
+# ------------------------------------------------------------------ words that are true
+
+
+def test_what_if_counts_one_failure_in_the_singular(
+    invoke: Callable[..., Run], fixture_db: Path
+) -> None:
+    run = invoke("--db", fixture_db, "what-if", EXP, "--max-failures", "0", "--wide")
+    assert run.exit_code == 0, run.stderr
+    assert "1 failures" not in run.stdout and "event(s)" not in run.stdout
+    assert "ERROR (errored, 1 failure)" in run.stdout
+    assert "ERROR (errored, 2 failures)" in run.stdout
+    assert "TERMINATED (clean, 0 failures)" in run.stdout
+
+
+@pytest.mark.parametrize("width", [80, 120, 200])
+def test_show_keeps_the_error_type_of_a_failure_at_every_width(
+    invoke: Callable[..., Run], fixture_db: Path, width: int
+) -> None:
+    run = invoke("--db", fixture_db, "show", EXP, "c_given_up", env={"COLUMNS": str(width)})
+    assert run.exit_code == 0, run.stderr
+    failures = [line for line in run.stdout.splitlines() if " TrialFailed " in line]
+    assert len(failures) == 4
+    assert "TrainingError" in failures[0]
+    assert all("RestoreError" in line for line in failures[1:]), run.stdout
+    assert all(("RETRY_RESTORE" in line or "GIVE_UP" in line) for line in failures[1:])
