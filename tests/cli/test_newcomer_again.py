@@ -110,3 +110,60 @@ def test_show_keeps_the_error_type_of_a_failure_at_every_width(
     assert "TrainingError" in failures[0]
     assert all("RestoreError" in line for line in failures[1:]), run.stdout
     assert all(("RETRY_RESTORE" in line or "GIVE_UP" in line) for line in failures[1:])
+
+
+# ------------------------------------------------------------------ nodes: one row per machine
+
+
+@pytest.fixture
+def two_ray_sessions(tmp_path: Path) -> Path:
+    """One machine (10.0.0.5, box) under two Ray node ids: the driver restarted Ray."""
+    from statemachine.domain.events import TrialAdded, TrialFailed, TrialStarted
+    from statemachine.domain.failures import TrainingError
+    from statemachine.domain.nodes import NodeRef
+    from statemachine.domain.policy import RetryPolicy
+    from statemachine.log import ExperimentLog
+
+    db = tmp_path / "statemachine.db"
+    for node_id in ("c1" * 28, "d2" * 28):
+        log = ExperimentLog.open(str(db), "restarted", RetryPolicy(max_failures=5))
+        node = NodeRef(node_id, "10.0.0.5", "box")
+        try:
+            for trial in ("t1", "t2"):
+                if node_id == "c1" * 28:
+                    log.record(trial, TrialAdded({}))
+                log.record(trial, TrialStarted(node=node))
+                log.record(trial, TrialFailed(TrainingError("builtins.ValueError", "x"),
+                                              node=node))
+        finally:
+            log.close()
+    return db
+
+
+def test_nodes_shows_one_machine_as_one_host_with_its_node_ids_under_it(
+    invoke: Callable[..., Run], two_ray_sessions: Path
+) -> None:
+    run = invoke("--db", two_ray_sessions, "nodes", env={"COLUMNS": "200"})
+    assert run.exit_code == 0, run.stderr
+    lines = run.stdout.splitlines()
+    hosts = [line for line in lines if "10.0.0.5" in line]
+    assert len(hosts) == 1, run.stdout  # one machine, one row with its address
+    host = lines.index(hosts[0])
+    assert "box" in hosts[0] and hosts[0].split()[-7:] == ["4", "0", "4", "0", "0", "0", "2"]
+    ids = [line for line in lines if "c1c1c1c1c1c1..." in line or "d2d2d2d2d2d2..." in line]
+    assert len(ids) == 2 and all(lines.index(i) > host for i in ids)
+    assert all(i.split()[-7:] == ["2", "0", "2", "0", "0", "0", "2"] for i in ids)
+    # --json stays one row per Ray node (keys only added): scripts keep working
+    rows = json.loads(invoke("--db", two_ray_sessions, "nodes", "--json").stdout)
+    assert [r["node_id"] for r in rows] == ["c1" * 28, "d2" * 28]
+    assert {r["host"] for r in rows} == {"10.0.0.5"}
+
+
+def test_nodes_of_the_fixture_group_the_ip_only_failure_under_its_host(
+    invoke: Callable[..., Run], fixture_db: Path
+) -> None:
+    lines = invoke("--db", fixture_db, "nodes", EXP, env={"COLUMNS": "120"}).stdout.splitlines()
+    rows = [line.split() for line in lines if "10.0.0.8" in line]
+    assert len(rows) == 1 and "worker-b" in rows[0]
+    under = lines[lines.index(next(x for x in lines if "10.0.0.8" in x)) + 1:][:2]
+    assert "b8b8b8b8b8b8..." in under[0] and under[1].split()[0] == "(no"
