@@ -161,7 +161,7 @@ def _page(title: str, body: str, *, state: str = "ok") -> str:
 <html lang="en">
 <head>
 <meta charset="utf-8">
-<link rel="icon" href="data:,">
+<link rel="icon" href="{STATIC_PATH}/favicon.svg" type="image/svg+xml">
 <title>{_e(title)}</title>
 <link rel="stylesheet" href="{STATIC_PATH}/serve.css">
 <script src="{STATIC_PATH}/live.js" data-poll-ms="{int(POLL_SECONDS * 1000)}" defer></script>
