@@ -3,6 +3,9 @@
 PostgreSQL: the server named by ``STATEMACHINE_TEST_PG_URL`` (default: the local test
 server). When it is not reachable the test is skipped with the reason, except when ``CI`` is
 set: then an unreachable server fails the test. Mark such tests ``@pytest.mark.postgres``.
+
+A real headless Chromium (``browser``, ``browser_page``; tests/browser_support.py) is skipped
+or failed the same way.
 """
 
 from __future__ import annotations
@@ -11,11 +14,16 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from sqlalchemy.engine import make_url
 
+from tests.browser_support import Watched, launched_browser, watched_page
 from tests.s3_server import S3Server, running_s3_server
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 PG_URL_ENV = "STATEMACHINE_TEST_PG_URL"
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -91,3 +99,18 @@ def s3_env(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
     for name, value in s3_server.env.items():
         monkeypatch.setenv(name, value)
     return s3_server
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    """Headless Chromium for the session (tests/browser_support.py): skipped with the reason
+    when it cannot run, except when ``CI`` is set: then it fails."""
+    with launched_browser() as started:
+        yield started
+
+
+@pytest.fixture
+def browser_page(browser: Browser) -> Iterator[Watched]:
+    """A fresh page in a 1280 x 900 window, with what it logged, raised, alerted, asked."""
+    with watched_page(browser) as watched:
+        yield watched

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from statemachine.cli.db import DB_URL_ENV
+from statemachine.cli.db import DB_URL_ENV, BadInput
 from statemachine.cli.output import Output
 from statemachine.cli.safe_text import one_line
 from statemachine.distribution import DISTRIBUTION
@@ -92,12 +92,25 @@ class ReplayGroup(click.Group):
         "Also accepted after the command."
     ),
 )
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON, as the command's own --json (schema in docs/cli.md).")
 @click.version_option(package_name=DISTRIBUTION, prog_name=PROG)
 @click.pass_context
-def cli(ctx: click.Context, db: str | None) -> None:
+def cli(ctx: click.Context, db: str | None, as_json: bool) -> None:
     """Replay a Ray Tune experiment's trial event log: what happened to each trial, why it
     ended where it did, and what another retry policy would have done."""
-    ctx.obj = Output(db=db)
+    if as_json and ctx.invoked_subcommand is not None:
+        command = cli.get_command(ctx, ctx.invoked_subcommand)
+        if command is not None and not _takes_json(command):
+            raise BadInput(f"{ctx.invoked_subcommand} prints no JSON; leave out --json")
+    ctx.obj = Output(db=db, as_json=as_json)
+
+
+def _takes_json(command: click.Command) -> bool:
+    """Whether ``command`` (every command of a group) has a ``--json`` flag."""
+    if isinstance(command, click.Group):
+        return all(_takes_json(sub) for sub in command.commands.values())
+    return any("--json" in p.opts for p in command.params if isinstance(p, click.Option))
 
 
 #: Every command of ``trial-replay``, as ``module:attribute`` under ``statemachine.cli``: the

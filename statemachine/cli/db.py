@@ -1,4 +1,5 @@
-"""Find and open the event log a command reads: a URL, a SQLite file or an experiment folder.
+"""Find and open the event log a command reads: a URL, a SQLite file, an experiment folder or
+a storage folder holding one experiment (``~/ray_results``).
 
 Read commands open the store with ``create=False``: no file is created and no schema is
 migrated, whatever the ``--db`` value.
@@ -48,16 +49,36 @@ def resolve_db(db: str | None) -> str:
         return db  # a database URL (a storage URI is handled by open_store)
     path = Path(db).expanduser()
     if path.is_dir():
-        log_file = path / DEFAULT_LOG_FILENAME
-        if not log_file.is_file():
-            raise BadInput(
-                f"no event log in folder {path}: expected {log_file}; pass the log file or "
-                "its URL with --db"
-            )
-        return str(log_file)
+        return str(_log_in_folder(path))
     if not path.exists():
         raise BadInput(f"no such event log file: {path} (check the --db path)")
     return str(path)
+
+
+def _log_in_folder(folder: Path) -> Path:
+    """The event log of an experiment folder, or of the only experiment one level down (a
+    storage folder such as ``~/ray_results``); :class:`BadInput` listing them when several."""
+    log_file = folder / DEFAULT_LOG_FILENAME
+    if log_file.is_file():
+        return log_file
+    try:
+        below = sorted(p for p in folder.glob(f"*/{DEFAULT_LOG_FILENAME}") if p.is_file())
+    except OSError:  # an unreadable folder: said below as "no event log"
+        below = []
+    if len(below) == 1:
+        return below[0]
+    if below:
+        shown = ", ".join(str(p.parent) for p in below[:8])
+        more = f" and {len(below) - 8} more" if len(below) > 8 else ""
+        raise BadInput(
+            f"{folder} is a storage folder of {len(below)} experiments: pass one of them "
+            f"with --db ({shown}{more})"
+        )
+    raise BadInput(
+        f"no event log in folder {folder}: no {DEFAULT_LOG_FILENAME} in it or one level down "
+        "(an experiment folder, or a storage folder such as ~/ray_results holding one); pass "
+        "the log file or its URL with --db"
+    )
 
 
 def resolve_write_target(db: str | None, command: str) -> str:

@@ -1,5 +1,6 @@
 """``trial-replay demo``: a small real Ray Tune experiment with injected restore failures and
-a driver crash and resume, then what ``trials`` and ``explain`` make of it.
+a driver crash and resume, then what ``trials`` and ``explain`` make of it: the demo runs
+those very commands, so it prints exactly what they print.
 
 Two trials run on an embedded SQLite log (``statemachine.db`` in the experiment folder,
 written by :class:`statemachine.tune.EventLogCallback`): ``restore_flaky`` fails in training,
@@ -23,12 +24,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 
-from statemachine.cli.commands.explain import print_explanation
 from statemachine.cli.db import DB_URL_ENV, DEFAULT_LOG_FILENAME, BadInput, open_store
 from statemachine.cli.explain import explain_trial
 from statemachine.cli.invocation import replay_command
@@ -92,30 +94,49 @@ class Progress:
     are all there is.
     """
 
-    def __init__(self, db_file: Path) -> None:
+    def __init__(self, db_file: Path, echo: Callable[[str], None],
+                 console: Any = None) -> None:
         from rich.console import Console
 
         self.db_file = db_file
-        self.console = Console(stderr=True)
+        self.echo = echo
+        self.console = console if console is not None else Console(stderr=True)
         self.step = ""
         self.started = time.monotonic()
         self.events = 0
         self.latest = ""
         self._position = 0
         self._store: Any = None
-        self._status: Any = None
+        self._live: Any = None
+        self._spinner: Any = None
 
     def __enter__(self) -> Progress:
         if self.console.is_terminal:
-            self._status = self.console.status("starting", spinner="dots")
-            self._status.__enter__()
+            from rich.live import Live
+            from rich.spinner import Spinner
+
+            self._spinner = Spinner("dots", text="starting")
+            # transient: stopping it erases its line, so nothing of it stays on the screen
+            self._live = Live(self._spinner, console=self.console, transient=True,
+                              refresh_per_second=12.5)
+            self._live.start(refresh=True)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._status is not None:
-            self._status.__exit__(None, None, None)
+        if self._live is not None:
+            self._live.stop()
         if self._store is not None:
             self._store.close()
+
+    def say(self, text: str) -> None:
+        """Print a line of the demo's story: the spinner's line is erased first (on a
+        terminal stdout and stderr share the screen, and a line printed under a live
+        spinner lands after its text) and drawn again under it."""
+        if self._live is not None:
+            self._live.stop()
+        self.echo(text)
+        if self._live is not None:
+            self._live.start(refresh=True)
 
     def begin(self, step: str) -> None:
         """A new step (shown until the next one)."""
@@ -125,7 +146,7 @@ class Progress:
     def tick(self) -> None:
         """Read the log's new events and redraw the line."""
         self._read()
-        if self._status is None:
+        if self._live is None:
             return
         from rich.text import Text
 
@@ -133,7 +154,8 @@ class Progress:
                 else "starting Ray")
         line = Text(self.step)  # text from the log is shown literally (cell: no markup)
         line.append_text(cell(f" ({time.monotonic() - self.started:.0f} s; {seen})", "dim"))
-        self._status.update(line)
+        self._spinner.update(text=line)
+        self._live.refresh()
 
     def _read(self) -> None:
         from statemachine.exceptions import StateMachineError
@@ -192,9 +214,11 @@ def run_experiment(workdir: Path, say: Any) -> dict[str, Any]:
     (ctl / "fail-restores-recovers").write_text("1")
     (ctl / "hang-restore-restore_flaky").write_text("2")
     started = time.monotonic()
-    with Progress(storage / NAME / DEFAULT_LOG_FILENAME) as progress:
+    with Progress(storage / NAME / DEFAULT_LOG_FILENAME, say) as progress:
+        say = progress.say
         say(f"Driver 1: Tuner.fit() of 2 trials with EventLogCallback, max_failures=1, "
-            f"TUNE_RESTORE_RETRY_NUM={RESTORE_RETRY_NUM} (Ray output: {log})")
+            f"TUNE_RESTORE_RETRY_NUM={RESTORE_RETRY_NUM} (Ray's default is 0: no restore "
+            f"retry) (Ray output: {log})")
         progress.begin("Driver 1: Tuner.fit()")
         first = _start("fit", storage, ctl, log)
         kept: tuple[Path, bytes] | None = None
@@ -254,6 +278,44 @@ def _interest(row: dict[str, Any]) -> tuple[int, int, int]:
     return (row["status"] == "ERROR", row["total_restore_failures"], row["num_failures"])
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """What the demo's log holds: each trial's row and tag, and the trial worth explaining."""
+
+    rows: list[dict[str, Any]]
+    tags: dict[str, str]
+    chosen: str
+
+
+def read_outcome(folder: Path, experiment: str, out: Output) -> Outcome:
+    """Each trial's row and tag from the log in ``folder``, and the most interesting trial
+    (ERROR first, then the most restore failures, then the most failures)."""
+    with open_store(str(folder)) as store:
+        rows = [trial_row(s) for s in fold_states(store, experiment, out)]
+        tags = {r["trial_id"]: _tag(store.read_trial(experiment, r["trial_id"])) for r in rows}
+    return Outcome(rows, tags, max(rows, key=_interest)["trial_id"])
+
+
+def report(folder: Path, experiment: str, outcome: Outcome,
+           run_command: Callable[[list[str]], int], say: Callable[[str], None]) -> int:
+    """Print ``trials`` and ``explain`` of the demo's log by running those very commands
+    (``run_command``: the CLI's own entry point), each under the command line that prints
+    it, so what the demo shows is what the user gets when pasting it; then the commands to
+    try next. Returns the worst exit code of the commands."""
+    code = 0
+    tagged = [f"{tag} is trial {trial_id}" for trial_id, tag in outcome.tags.items() if tag]
+    if tagged:
+        say("; ".join(tagged) + ".")
+        say("")
+    for args in (["trials", experiment], ["explain", experiment, outcome.chosen]):
+        say(f"$ {replay_command('--db', folder, *args)}")
+        code = max(code, run_command(["--db", str(folder), *args]))
+        say("")
+    say(f"Try: {replay_command('--db', folder, 'timeline', experiment, '-o', 'timeline.html')}")
+    say(f"     {replay_command('--db', folder, 'serve')}")
+    return code
+
+
 @click.command("demo")
 @click.option("--dir", "workdir", type=click.Path(file_okay=False, path_type=Path),
               help="Folder for the experiment (default: a new temporary folder, kept).")
@@ -262,7 +324,8 @@ def _interest(row: dict[str, Any]) -> tuple[int, int, int]:
 def demo(out: Output, workdir: Path | None, as_json: bool) -> int:
     """Run a small real Ray Tune experiment (2 trials, 2 CPUs) on an embedded SQLite log with
     injected restore failures and a driver crash and resume, then print ``trials`` and
-    ``explain`` for the most interesting trial. Needs the ``ray`` extra."""
+    ``explain`` for the most interesting trial (what those commands print). Needs the
+    ``ray`` extra."""
     try:
         import ray  # noqa: F401
     except ImportError:
@@ -281,34 +344,25 @@ def demo(out: Output, workdir: Path | None, as_json: bool) -> int:
 
     run = run_experiment(workdir, say)
     folder: Path = run["folder"]
-    with open_store(str(folder)) as store:
-        rows = [trial_row(s) for s in fold_states(store, NAME, out)]
-        tags = {r["trial_id"]: _tag(store.read_trial(NAME, r["trial_id"])) for r in rows}
-        chosen = max(rows, key=_interest)["trial_id"]
-        sessions = store.list_sessions(NAME)
-        explanation = explain_trial(
-            chosen, decode_trial(store.read_trial(NAME, chosen), out),
-            session_ends(sessions), session_kinds(sessions),
-        )
+    outcome = read_outcome(folder, NAME, out)
     if as_json:
+        with open_store(str(folder)) as store:
+            sessions = store.list_sessions(NAME)
+            explanation = explain_trial(
+                outcome.chosen, decode_trial(store.read_trial(NAME, outcome.chosen), out),
+                session_ends(sessions), session_kinds(sessions),
+            )
         out.json({"experiment": NAME, "folder": str(folder), "seconds": run["seconds"],
-                  "trials": [{**r, "tag": tags[r["trial_id"]]} for r in rows],
+                  "trials": [{**r, "tag": outcome.tags[r["trial_id"]]} for r in outcome.rows],
                   "explain": explanation.to_dict(NAME)})
         return out.exit_code
     say(f"Done in {run['seconds']} s. The event log: {folder / DEFAULT_LOG_FILENAME}")
     say("")
-    say(f"$ {replay_command('--db', folder, 'trials', NAME)}")
-    out.table(
-        ["trial", "tag", "status", "failures", "restore fails (episode/total)", "last error",
-         "last decision"],
-        [[r["trial_id"], tags[r["trial_id"]], r["status"], r["num_failures"],
-          f"{r['num_restore_failures']}/{r['total_restore_failures']}",
-          r["last_error_type"] or "", r["last_decision"] or ""] for r in rows],
-    )
-    say("")
-    say(f"$ {replay_command('--db', folder, 'explain', NAME, chosen)}")
-    print_explanation(out, explanation)
-    say("")
-    say(f"Try: {replay_command('--db', folder, 'timeline', NAME, '-o', 'timeline.html')}")
-    say(f"     {replay_command('--db', folder, 'serve')}")
-    return out.exit_code
+    root = click.get_current_context().find_root().command
+
+    def run_command(args: list[str]) -> int:
+        # The CLI itself, as the user will run it: the same code path, the same output.
+        return int(root.main(args, standalone_mode=False))
+
+    code = report(folder, NAME, outcome, run_command, say)
+    return max(out.exit_code, code)

@@ -115,8 +115,10 @@ def fit_columns(
 class Output:
     """Per-invocation context: the ``--db`` value, the layout and the exit code so far."""
 
-    def __init__(self, db: str | None) -> None:
+    def __init__(self, db: str | None, *, as_json: bool = False) -> None:
         self.db = db
+        self.as_json = as_json
+        """``--json`` given before the command (each command's own ``--json`` reads it)."""
         self.exit_code = 0
         self.wide = False
         """``--wide``: every column, every value in full (for a pager or a file)."""
@@ -207,10 +209,17 @@ class Output:
         self.console(10**6 if self.wide else None).print(cell(line, style or ""))
 
 
+def _json_flag(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    out = ctx.find_object(Output)
+    return bool(value or (out is not None and out.as_json))
+
+
 def json_option(func: Any) -> Any:
-    """The ``--json`` flag every command takes."""
+    """The ``--json`` flag every command takes (also given before the command: then
+    :attr:`Output.as_json` is set and the flag reads it)."""
     return click.option(
-        "--json", "as_json", is_flag=True, help="Print JSON (schema in docs/cli.md)."
+        "--json", "as_json", is_flag=True, callback=_json_flag,
+        help="Print JSON (schema in docs/cli.md); also accepted before the command.",
     )(func)
 
 
@@ -247,6 +256,11 @@ def relative_time(moment: str | None, *, reference: datetime | None = None) -> s
         if seconds < size * (60 if unit in "sm" else 24 if unit == "h" else 30):
             return f"{int(seconds // size)}{unit} ago"
     return when.strftime("%Y-%m-%d")
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``1 failure``, ``2 failures``, ``0 failures``: a count with its noun agreeing."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
 
 
 def short_time(moment: str | None) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from statemachine.cli.output import counted
 from statemachine.domain.events import (
     Event,
     FirstResult,
@@ -122,8 +123,9 @@ def what_if(trial_id: str, events: Sequence[Event], changes: Mapping[str, Any]) 
     events_cut = len(events) - cut_at + 1 if cut_at is not None else 0
     if cut_at is not None:
         note = (f"under this policy the trial is {hypo.status.value} after seq {cut_at - 1} "
-                f"({_decided(hypo)}); the {events_cut} recorded event(s) from seq {cut_at} on "
-                "would not have happened and are cut")
+                f"({_decided(hypo)}); the {counted(events_cut, 'recorded event')} from seq "
+                f"{cut_at} on would not have happened and "
+                + ("is cut" if events_cut == 1 else "are cut"))
     elif hypo.status.is_terminal or hypo.status == recorded.status:
         note = "same events, replayed to the end"
     else:
@@ -131,9 +133,10 @@ def what_if(trial_id: str, events: Sequence[Event], changes: Mapping[str, Any]) 
                 f"{hypo.status.value} ({_decided(hypo)}) and would have gone on")
     on_failed = retries_on_failed_nodes(events)
     if on_failed and changes.get("avoid_failed_nodes"):
-        note += (f"; {on_failed} restore attempt(s) ran on a node where that restore had "
-                 "already failed: avoid_failed_nodes places them on another node (when one "
-                 "can host the trial)")
+        them = "it" if on_failed == 1 else "them"
+        note += (f"; {counted(on_failed, 'restore attempt')} ran on a node where that "
+                 f"restore had already failed: avoid_failed_nodes places {them} on another "
+                 "node (when one can host the trial)")
     first_report = RestorePhase.UNTIL_FIRST_REPORT
     if (RestorePhase(changes.get("restore_phase", RestorePhase.RAY)) is first_report
             and any(isinstance(e, RestoreSucceeded) for e in events)

@@ -102,7 +102,7 @@ def test_what_if_avoid_failed_nodes_counts_retries_on_a_failed_node(
     # c_given_up restored twice on 10.0.0.7, b_preempted_scratch went back to it once
     assert rows["c_given_up"]["retries_on_failed_nodes"] == 1
     assert rows["b_preempted_scratch"]["retries_on_failed_nodes"] == 1
-    assert "avoid_failed_nodes places them on another node" in rows["c_given_up"]["note"]
+    assert "avoid_failed_nodes places it on another node" in rows["c_given_up"]["note"]
     # the episode it gave up in had failed on node A (the last failure knew no node id)
     assert rows["c_given_up"]["hypothetical"]["excluded_nodes"] == [NODE_A]
     assert not any(r["changed"] for r in rows.values())  # placement, never a decision

@@ -52,18 +52,24 @@ class _Collect(HTMLParser):
         super().__init__()
         self.trial_rows: list[str] = []
         self.table_cells: list[str] = []
+        self.headers: list[str] = []
         self._in_td = False
+        self._in_th = False
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         values = dict(attrs)
         if tag == "g" and values.get("class") == "trial":
             self.trial_rows.append(values.get("data-trial-id") or "")
         self._in_td = tag == "td"
+        self._in_th = tag == "th"
 
     def handle_data(self, data: str) -> None:
         if self._in_td:
             self.table_cells.append(data)
             self._in_td = False
+        if self._in_th:
+            self.headers.append(data)
+            self._in_th = False
 
 
 def test_html_timeline_has_one_row_per_trial_and_the_table(
@@ -77,6 +83,40 @@ def test_html_timeline_has_one_row_per_trial_and_the_table(
     parser.feed(text)
     assert parser.trial_rows == TRIALS
     assert "GIVE_UP" in parser.table_cells and "RESTART_FROM_SCRATCH" in parser.table_cells
+    # the table's headers are words, not the JSON schema's field names
+    assert parser.headers == ["trial", "status", "failures", "restore fails (episode)",
+                              "restore fails (total)", "preemptions", "last error",
+                              "last decision"]
+
+
+def test_timeline_scales_to_its_window_and_shades_the_crash(
+    invoke: Callable[..., Run], fixture_db: Path, tmp_path: Path
+) -> None:
+    """(What a browser makes of it: tests/cli/test_browser.py.) The SVG is 100% wide with a
+    viewBox, never a fixed pixel width; the stretch between the crashed driver's last event
+    and the resumed driver's first is a band labelled "driver down", ending at the epoch line."""
+    _shift_epoch_2(fixture_db, 60)
+    out = tmp_path / "t.svg"
+    assert invoke("--db", fixture_db, "timeline", EXP, "-o", out).exit_code == 0
+    root = ET.parse(out).getroot()
+    assert root.get("width") == "100%" and root.get("height") is None
+    assert root.get("viewBox", "").startswith("0 0 ")
+    (down,) = [r for r in root.iter(f"{SVG}rect") if r.get("class") == "driver-down"]
+    (label,) = [t for t in root.iter(f"{SVG}text") if t.get("class") == "driver-down-label"]
+    (epoch,) = [ln for ln in root.iter(f"{SVG}line") if ln.get("class") == "epoch"]
+    assert label.text == "driver down"
+    right = float(down.get("x") or 0) + float(down.get("width") or 0)
+    assert abs(right - float(epoch.get("x1") or 0)) < 0.2
+    assert float(down.get("width") or 0) > 500  # a minute of a run a little longer
+    # the order view has no time between two events: the band is still drawn, thin
+    assert invoke("--db", fixture_db, "timeline", EXP, "-o", out, "--order").exit_code == 0
+    (down,) = [r for r in ET.parse(out).getroot().iter(f"{SVG}rect")
+               if r.get("class") == "driver-down"]
+    assert float(down.get("width") or 0) >= 6
+    # a driver that ended cleanly leaves no band
+    other = tmp_path / "o.svg"
+    assert invoke("--db", fixture_db, "timeline", "other_exp", "-o", other).exit_code == 0
+    assert 'class="driver-down"' not in other.read_text(encoding="utf-8")
 
 
 def test_png_timeline(invoke: Callable[..., Run], fixture_db: Path, tmp_path: Path) -> None:

@@ -156,7 +156,7 @@ def parsed(page: str) -> _Tags:
 #: The elements the pages are made of; a hostile value that became markup adds another.
 PAGE_TAGS = {"html", "head", "meta", "title", "link", "script", "body", "main", "nav", "a",
              "h1", "h2", "p", "table", "thead", "tbody", "tr", "th", "td", "svg", "rect", "g",
-             "text", "path", "line"}
+             "text", "path", "line", "defs", "clippath"}
 
 
 def assert_no_markup_from_the_log(page: str, what: str) -> None:

@@ -5,7 +5,8 @@ leaves to the reader (``new_state``, ``load_state``, ``done``, ``train_step``, `
 ``save_state``) are defined here, around a counter kept in a checkpoint folder. Training fails
 once at step 2 and the first checkpoint load after it fails too: with ``restoring()`` around
 the load, the README promises a restore failure that is retried and does not count against
-``max_failures`` (``TUNE_RESTORE_RETRY_NUM``).
+``max_failures``: the README's ``RetryPolicy(restore_retry_num=2)`` grants the retry where
+Ray's own ``TUNE_RESTORE_RETRY_NUM`` (unset here: Ray's default, 0) would not.
 """
 
 from __future__ import annotations
@@ -69,6 +70,19 @@ def readme_driver() -> str:
     return match.group(1)
 
 
+def test_the_readme_says_ray_grants_no_restore_retry_by_default() -> None:
+    import inspect
+
+    from ray.tune.experiment import trial
+
+    # What Ray itself does: the variable read with 0 as its default.
+    assert 'os.environ.get("TUNE_RESTORE_RETRY_NUM", 0)' in inspect.getsource(trial)
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Use it in a Tune driver"):text.index("## Debug")]
+    assert "`TUNE_RESTORE_RETRY_NUM` defaults to 0" in section
+    assert "RetryPolicy(max_failures=3, restore_retry_num=2)" in readme_driver()
+
+
 def test_the_readme_driver_runs_and_a_failed_load_is_a_retried_restore(
     ray_cluster: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -77,7 +91,8 @@ def test_the_readme_driver_runs_and_a_failed_load_is_a_retried_restore(
     if not hasattr(tune, "get_checkpoint"):
         pytest.skip("this Ray has get_checkpoint/report only under ray.train (the README's "
                     "comments say so for Ray 2.40)")
-    monkeypatch.setenv("TUNE_RESTORE_RETRY_NUM", "2")
+    # Ray's default (0 restore retries): the README's policy carries the number itself.
+    monkeypatch.delenv("TUNE_RESTORE_RETRY_NUM", raising=False)
     # The block names no storage_path: Ray's default (~/ray_results) is moved under tmp_path.
     monkeypatch.setattr("ray.train.constants.DEFAULT_STORAGE_PATH", str(tmp_path / "results"))
     ctl = tmp_path / "ctl"

@@ -1,4 +1,5 @@
-"""``trial-replay nodes EXP``: per cluster node, attempts and failures; worst node first."""
+"""``trial-replay nodes EXP``: per machine and its Ray node ids, attempts and failures; worst
+machine first."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 import click
 
 from statemachine.cli.db import open_store
+from statemachine.cli.node_hosts import Host, group_by_host
 from statemachine.cli.output import Column, Output, json_option, wide_option
 from statemachine.cli.reading import decode_trial, group_by_trial, require_experiment
 from statemachine.cli.schema import node_row
@@ -19,8 +21,9 @@ from statemachine.domain.nodes import short_node_id, tally_nodes
 @wide_option
 @click.pass_obj
 def nodes(out: Output, experiment: str | None, as_json: bool) -> int:
-    """Per node (Ray node id, IP, hostname): attempts started, training failures, restore
-    failures, preemptions, actor deaths; the node that failed most restores first."""
+    """Per machine (IP, hostname) and under it each Ray node id it had (Ray gives a node a
+    new id each time it starts there): attempts started, training failures, restore
+    failures, preemptions, actor deaths; the machine that failed most restores first."""
     with open_store(out.db) as store:
         experiment = require_experiment(store, experiment)
         pairs = [
@@ -28,32 +31,48 @@ def nodes(out: Output, experiment: str | None, as_json: bool) -> int:
             for trial_id, rows in group_by_trial(store.read_experiment(experiment)).items()
             for _, event in decode_trial(rows, out)
         ]
-    rows = [node_row(tally) for tally in tally_nodes(pairs)]
-    if as_json:
-        out.json(rows)
+    tallies = tally_nodes(pairs)
+    hosts = group_by_host(tallies)
+    if as_json:  # one row per Ray node, worst first, as before; "host": the machine it was on
+        machine = {id(tally): host.key for host in hosts for tally in host.nodes}
+        out.json([{**node_row(tally), "host": machine[id(tally)]} for tally in tallies])
         return out.exit_code
-    if any(r["node_id"] is None and r["node_ip"] is None and r["hostname"] is None
-           for r in rows):
+    if any(host.key is None and any(t.node.node_id is None for t in host.nodes)
+           for host in hosts):
         out.note("attempts recorded without a node (a log written before nodes were "
                  "recorded, or Ray did not tell) are counted under 'unknown'")
     out.table(
-        [Column("node-id"), Column("ip", 1), Column("host", 2),
+        [Column("host"), Column("ip", 1), Column("node-id", 2),
          Column("starts", 3, justify="right"), Column("restoring", 5, justify="right"),
          Column("train fail", 2, justify="right"), Column("restore fail", 1, justify="right"),
          Column("preempt", 4, justify="right"), Column("died", 4, justify="right"),
          Column("trials", 3, justify="right")],
-        [[_node_id(r, out.wide), r["node_ip"], r["hostname"], r["attempts"], r["restore_attempts"],
-          r["training_failures"], r["restore_failures"], r["preemptions"], r["actor_deaths"],
-          len(r["trials"])]
-         for r in rows],
-        title=f"Nodes of {experiment} (most restore failures first)",
+        [row for host in hosts for row in _host_rows(host, out.wide)],
+        title=f"Nodes of {experiment} by machine (most restore failures first)",
     )
     return out.exit_code
 
 
-def _node_id(row: dict[str, Any], wide: bool) -> str:
+def _counts(tally: Any) -> list[Any]:
+    return [tally.attempts, tally.restore_attempts, tally.training_failures,
+            tally.restore_failures, tally.preemptions, tally.actor_deaths, len(tally.trials)]
+
+
+def _host_rows(host: Host, wide: bool) -> list[list[Any]]:
+    """The host's row (its sums), then one row per node id when it had several."""
+    name = "unknown" if host.key is None else host.hostname or "-"
+    if len(host.nodes) == 1:
+        return [[name, host.node_ip, _node_id(host.nodes[0], wide), *_counts(host.nodes[0])]]
+    totals = [host.total(c) for c in ("attempts", "restore_attempts", "training_failures",
+                                      "restore_failures", "preemptions", "actor_deaths")]
+    head = [name, host.node_ip, f"{len(host.nodes)} node ids", *totals, len(host.trials)]
+    return [head, *(["", "", _node_id(t, wide), *_counts(t)] for t in host.nodes)]
+
+
+def _node_id(tally: Any, wide: bool) -> str:
     """The start of the node id (``--wide`` and ``--json`` have it whole), as Ray's own
     messages show it."""
-    if row["node_id"]:
-        return (row["node_id"] if wide else short_node_id(row["node_id"])) or ""
-    return "unknown" if row["node_ip"] is None and row["hostname"] is None else "-"
+    node_id = tally.node.node_id
+    if node_id:
+        return (node_id if wide else short_node_id(node_id)) or ""
+    return "(no node id)"

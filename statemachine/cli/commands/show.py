@@ -67,23 +67,25 @@ def _columns(wide: bool) -> list[Column]:
                 Column("error"), Column("status"), Column("decision"),
                 Column("failures", justify="right"), Column("restore (ep/total)", justify="right"),
                 Column("preempt", justify="right"), Column("node")]
+    # A failure row without its error type says nothing: at 80 columns the type and the
+    # decision stay and the time goes; the cause (the exception's class) needs more room.
     return [Column("pos", 7, justify="right"), Column("seq", justify="right"),
-            Column("time", 3), Column("epoch", 4, justify="right"), Column("event"),
-            Column("error", 2, prose=True), Column("status"), Column("decision", 1),
+            Column("time", 2), Column("epoch", 3, justify="right"), Column("event"),
+            Column("error", 1), Column("cause", 4), Column("status"), Column("decision", 1),
             Column("fails", 5, justify="right"), Column("restore", 6, justify="right"),
-            Column("preempt", 8, justify="right"), Column("node", 4)]
+            Column("preempt", 8, justify="right"), Column("node", 3)]
 
 
 def _cells(r: dict[str, Any], wide: bool, one_day: bool) -> list[Any]:
     moment = clock_time(r["recorded_at"])
-    error = ""
-    if r["error_type"] and wide:
-        error = f"{r['error_type']}: {r['error_cause']}"
-    elif r["error_type"]:
-        error = f"{r['error_type']} ({(r['error_cause'] or '').rsplit('.', 1)[-1]})"
+    if wide:
+        errors = [f"{r['error_type']}: {r['error_cause']}" if r["error_type"] else ""]
+    else:
+        errors = [r["error_type"] or "", (r["error_cause"] or "").rsplit(".", 1)[-1]
+                  if r["error_type"] else ""]
     return [
         r["position"], r["seq"], moment[11:] if one_day else moment, r["epoch"], r["event"],
-        error,
+        *errors,
         f"{r['status_before']} -> {r['status_after']}", r["decision"],
         *_counters(r["counters"]), _node(r["node"], wide),
     ]

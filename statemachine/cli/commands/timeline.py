@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 
 from statemachine.cli.db import BadInput, open_store
 from statemachine.cli.output import Output, json_option
-from statemachine.cli.reading import fold_states, require_experiment, session_kinds
+from statemachine.cli.reading import fold_states, require_experiment, session_ends, session_kinds
 from statemachine.cli.schema import trial_row
-from statemachine.cli.timeline import FORMATS, build_model, write_timeline
+from statemachine.cli.timeline import FORMATS, TimelineModel, build_model
 from statemachine.distribution import install_hint
 
 
@@ -26,8 +28,10 @@ def timeline(
     out: Output, experiment: str | None, path: Path, by_order: bool, as_json: bool
 ) -> int:
     """Draw the experiment: one row per trial, coloured spans per status, a marker for each
-    typed failure (shape) and decision (colour), a line at each new driver epoch. The x axis
-    is time since the first event (a crash gap shows), or with --order the event order."""
+    typed failure (shape) and decision (colour), a line at each new driver epoch and a grey
+    band where a crashed driver was down. The x axis is time since the first event (a crash
+    gap shows), or with --order the event order. HTML and SVG fit the window; the HTML page
+    zooms into a time range (one file, it works offline)."""
     fmt = path.suffix.lower().lstrip(".")
     if fmt not in FORMATS:
         raise BadInput(f"timeline output must end in .html, .svg or .png, got {path.name!r}")
@@ -43,8 +47,9 @@ def timeline(
             ) from None
     with open_store(out.db) as store:
         experiment = require_experiment(store, experiment)
+        sessions = store.list_sessions(experiment)
         model = build_model(experiment, store.read_experiment(experiment),
-                            session_kinds(store.list_sessions(experiment)))
+                            session_kinds(sessions), session_ends(sessions))
         summary = [trial_row(s) for s in fold_states(store, experiment, out)]
     model.by_time = not by_order
     try:
@@ -58,3 +63,24 @@ def timeline(
     else:
         out.text(f"Wrote {path} ({len(model.rows)} trials, {model.n_events} events)")
     return out.exit_code
+
+
+def write_timeline(model: TimelineModel, path: Path,
+                   summary_rows: Sequence[dict[str, Any]] = ()) -> Path:
+    """Write the picture in the format ``path``'s suffix names."""
+    fmt = path.suffix.lower().lstrip(".")
+    if fmt == "svg":
+        from statemachine.cli.timeline_svg import render_svg
+
+        path.write_text(render_svg(model), encoding="utf-8")
+    elif fmt == "html":
+        from statemachine.cli.timeline_svg import render_html
+
+        path.write_text(render_html(model, summary_rows), encoding="utf-8")
+    elif fmt == "png":
+        from statemachine.cli.timeline_png import render_png
+
+        render_png(model, path)
+    else:
+        raise ValueError(f"unsupported timeline format {fmt!r}")
+    return path

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from statemachine.cli.db import BadInput, open_store, resolve_write_target
-from statemachine.cli.output import Output, json_option
+from statemachine.cli.output import Output, counted, json_option
 from statemachine.cli.reading import require_experiment
 from statemachine.cli.safe_text import json_safe
 from statemachine.log import VerifyResult
@@ -95,7 +95,7 @@ def import_(out: Output, file: Path, name: str | None, force: bool, as_json: boo
     result = export_file.result
     if not result.ok and not force:
         detail = (result.divergence.describe() if result.divergence is not None
-                  else f"{len(result.gaps)} sequence gap(s)")
+                  else counted(len(result.gaps), 'sequence gap'))
         raise ImportRefused(f"{file.name} does not replay: {detail}; nothing was imported "
                             "(--force imports it as it is)")
     target = resolve_write_target(out.db, "import")
@@ -136,7 +136,7 @@ def import_(out: Output, file: Path, name: str | None, force: bool, as_json: boo
 def _diverged(result: VerifyResult) -> str:
     if result.divergence is not None:
         return result.divergence.describe()
-    return f"{len(result.gaps)} sequence gap(s)"
+    return counted(len(result.gaps), 'sequence gap')
 
 
 def _new_files(target: str) -> list[Path]:

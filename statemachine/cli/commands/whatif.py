@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from statemachine.cli.db import BadInput, open_store
-from statemachine.cli.output import Column, Output, json_option, wide_option
+from statemachine.cli.output import Column, Output, counted, json_option, wide_option
 from statemachine.cli.params import count
 from statemachine.cli.reading import (
     decode_trial,
@@ -103,5 +103,5 @@ def what_if(
 
 
 def _outcome(side: dict[str, Any]) -> str:
-    """``TERMINATED (recovered, 1 failures)``."""
-    return f"{side['status']} ({side['outcome']}, {side['num_failures']} failures)"
+    """``TERMINATED (recovered, 1 failure)``."""
+    return f"{side['status']} ({side['outcome']}, {counted(side['num_failures'], 'failure')})"

@@ -31,7 +31,8 @@ from statemachine.cli.reading import (
 )
 from statemachine.cli.safe_text import xml_safe
 from statemachine.cli.schema import trial_row
-from statemachine.cli.timeline import build_model, render_svg
+from statemachine.cli.timeline import build_model
+from statemachine.cli.timeline_svg import render_svg
 
 if TYPE_CHECKING:
     from statemachine.cli.output import Output
@@ -101,10 +102,10 @@ class Pages:
         with self.open_store() as store:
             if name not in {i.name for i in store.list_experiments()}:
                 raise NotFound(f"no experiment named {name!r} in this event log")
-            model = build_model(name, list[Any](store.read_experiment(name)),
-                                session_kinds(store.list_sessions(name)))
-            rows = [trial_row(s) for s in fold_states(store, name, self.out)]
             sessions = store.list_sessions(name)
+            model = build_model(name, list[Any](store.read_experiment(name)),
+                                session_kinds(sessions), session_ends(sessions))
+            rows = [trial_row(s) for s in fold_states(store, name, self.out)]
         trials = "".join(
             f'<tr><td><a href="/e/{_q(name)}/t/{_q(r["trial_id"])}">{_e(r["trial_id"])}</a>'
             f'</td><td class="{_e(r["status"])}">{_e(r["status"])}</td>'
@@ -169,9 +170,11 @@ def _page(title: str, body: str, *, state: str = "ok") -> str:
 <html lang="en">
 <head>
 <meta charset="utf-8">
+<link rel="icon" href="{STATIC_PATH}/favicon.svg" type="image/svg+xml">
 <title>{_e(title)}</title>
 <link rel="stylesheet" href="{STATIC_PATH}/serve.css">
 <script src="{STATIC_PATH}/live.js" data-poll-ms="{int(POLL_SECONDS * 1000)}" defer></script>
+<script src="{STATIC_PATH}/timeline.js" defer></script>
 </head>
 <body data-state="{state}">
 <main>
