@@ -28,7 +28,6 @@ from typing import Any, TypeVar
 
 from ray.tune import Callback
 
-from statemachine.domain.classify import classify
 from statemachine.domain.events import (
     CheckpointSaved,
     CheckpointsDiscarded,
@@ -59,6 +58,7 @@ from statemachine.tune import checkpoints, errorfile, seam, secret_url
 from statemachine.tune import ray_surface as surface
 from statemachine.tune.compat import check_ray
 from statemachine.tune.log_sync import LogSync
+from statemachine.tune.ray_errors import classify_ray
 from statemachine.tune.reconcile import (
     LIVE,
     RAY_ERROR,
@@ -339,7 +339,7 @@ class EventLogCallback(Callback):
         if (policy.restore_phase is RestorePhase.UNTIL_FIRST_REPORT and before is not None
                 and before.status is Status.RUNNING and before.unconfirmed_restore is not None):
             phase = Status.RESTORING  # before the attempt's first result: still its restore
-        error = classify(exc, phase, policy.fatal_exception_types)
+        error = classify_ray(exc, phase, policy.fatal_exception_types)
         node = surface.failure_node(trial, exc, self._started.pop(surface.trial_id(trial), None))
         record = self._record(trial, TrialFailed(error=error, node=node))
         self._failures_recorded.add(surface.trial_id(trial))
