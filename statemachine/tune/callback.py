@@ -49,7 +49,8 @@ from statemachine.domain.events import (
 )
 from statemachine.domain.machine import TransitionRecord
 from statemachine.domain.nodes import NodeRef
-from statemachine.domain.policy import RestorePhase, RetryPolicy
+from statemachine.domain.policy import RetryPolicy
+from statemachine.domain.rules import failure_in_restore
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Decision, Status
 from statemachine.log.credentials import describe_url, redact_uri
@@ -60,7 +61,6 @@ from statemachine.tune.compat import check_ray
 from statemachine.tune.log_sync import LogSync
 from statemachine.tune.ray_errors import classify_ray
 from statemachine.tune.reconcile import (
-    LIVE,
     RAY_ERROR,
     RAY_PAUSED,
     RAY_PENDING,
@@ -336,8 +336,7 @@ class EventLogCallback(Callback):
         if exc is None:
             exc = RuntimeError("Ray reported a failure without an exception")
         phase = Status.RESTORING if restoring else Status.RUNNING
-        if (policy.restore_phase is RestorePhase.UNTIL_FIRST_REPORT and before is not None
-                and before.status is Status.RUNNING and before.unconfirmed_restore is not None):
+        if before is not None and failure_in_restore(before, policy):
             phase = Status.RESTORING  # before the attempt's first result: still its restore
         error = classify_ray(exc, phase, policy.fatal_exception_types)
         node = surface.failure_node(trial, exc, self._started.pop(surface.trial_id(trial), None))
@@ -504,7 +503,7 @@ class EventLogCallback(Callback):
         if state is None:
             return
         trial_id = surface.trial_id(trial)
-        if new == RAY_TERMINATED and state.status in LIVE:
+        if new == RAY_TERMINATED and state.status.is_live:
             # Ray pauses a trial by stopping it (TERMINATED) and then setting PAUSED: decide
             # at the step's end.
             self._maybe_stopped[trial_id] = trial
@@ -527,7 +526,7 @@ class EventLogCallback(Callback):
             self._maybe_stopped.pop(trial_id, None)
             state = self._state(trial)
             if (surface.status(trial) == RAY_TERMINATED and state is not None
-                    and state.status in LIVE):
+                    and state.status.is_live):
                 self._record(trial, TrialStopped(reason="stopped by Tune"))
 
     # ------------------------------------------------------------------ after Tuner.restore
@@ -701,7 +700,7 @@ class EventLogCallback(Callback):
                           **info: Any) -> None:
         """The trial finished (RUNNING) or was stopped before it could (otherwise)."""
         state = self._track(trial)
-        if state is None or state.status not in LIVE:
+        if state is None or not state.status.is_live:
             return
         if state.status is Status.RUNNING:
             self._record(trial, TrialCompleted())
