@@ -73,6 +73,13 @@ from statemachine.exceptions import InvalidTransitionError
 # transitions logs every callback at INFO; a fold of millions of events must not.
 logging.getLogger("transitions").setLevel(logging.WARNING)
 
+#: The revision of what a fold computes: the tag of the snapshots that are trusted. Raise it
+#: with any change to the table, a guard, an effect, the fold loop or the state's encoding
+#: that can change a fold's result (a state or a record) for some history; then record it
+#: with ``UPDATE_GOLDEN=1 python -m pytest tests/domain/test_domain_machine_revision.py``.
+#: That golden test fails when the machine changes and this number does not.
+MACHINE_REVISION = 1
+
 
 class TransitionRecord(NamedTuple):
     """What one event did to a trial: the answer to every ``apply``.
