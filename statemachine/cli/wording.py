@@ -147,9 +147,10 @@ def _failure_head(f: Folded, event: TrialFailed) -> str:
     if name == RuleName.FATAL:
         return f"Not retryable{where}: {cause}."
     if name in RESTORE_RULES:
+        retry = f"retry {numbers.retry} of {retries}"
         detail = {
-            RuleName.RESTORE_RETRY: f"retry {numbers.retry} of {retries}",
-            RuleName.RESTORE_RETRY_REFUSED: "retry refused: failures already exceed "
+            RuleName.RESTORE_RETRY: retry,
+            RuleName.RESTORE_RETRY_REFUSED: f"{retry} refused: failures already exceed "
                                             "max_failures",
         }.get(RuleName(name), f"restore retries spent: {retries} of {retries}")
         return f"Restore failure # {numbers.restore_failure}{where} ({detail}): {cause}."
