@@ -69,7 +69,8 @@ def numbers_in(text: str) -> dict[str, int]:
     for name, pattern in _PATTERNS.items():
         values = {int(v) for v in pattern.findall(text)}
         assert len(values) <= 1, (name, text)
-        found.update({name: v for v in values})
+        if values:
+            found[name] = values.pop()
     return found
 
 
