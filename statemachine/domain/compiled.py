@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from transitions import Machine
 
-from statemachine.domain.events import Event, TrialFailed
+from statemachine.domain.events import Event, TrialFailed, with_policy
 from statemachine.domain.machine import MACHINE, RuleTransition, TransitionRecord
 from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.rules import Rule
@@ -135,6 +135,39 @@ def apply_compiled(
             rule,
         ))  # fmt: skip
     raise InvalidTransitionError(state.trial_id, before.value, event.type_name)
+
+
+#: What recording one event wrote: ``(event, the trial's seq before it, its record, the state
+#: after it)``; the state is ``None`` for the last event (it is the ``work`` state folded).
+Recorded = tuple[Event, int, TransitionRecord, TrialState | None]
+
+
+def fold_for_session(
+    work: TrialState,
+    event: Event,
+    session: RetryPolicy,
+    previous: TransitionRecord | None = None,
+) -> list[Recorded]:
+    """Fold ``event`` into ``work`` (in place) as a driver session with policy ``session``
+    records it: a ``PolicySet`` of the session's policy first when it is not the trial's
+    policy in force (:func:`~statemachine.domain.events.with_policy`, the rule that keeps a
+    trial's stream self-contained), then the event; the state after the ``PolicySet`` is a
+    copy.
+
+    The live fold of both the Tune recorder and the :class:`~statemachine.log.ExperimentLog`.
+    An invalid event raises :class:`InvalidTransitionError` (fold on a copy: a ``PolicySet``
+    before it may have changed ``work``). ``previous``: as for :func:`apply_compiled`.
+    """
+    if work.policy is session:  # the common case: with_policy says [event]
+        seq = work.seq
+        return [(event, seq, apply_compiled(work, event, None, previous), None)]
+    recorded: list[Recorded] = []
+    for each in with_policy(event, work.policy, session):
+        if recorded:  # the state after the previous one, kept apart
+            recorded[-1] = (*recorded[-1][:3], work.copy())
+        seq = work.seq
+        recorded.append((each, seq, apply_compiled(work, each), None))
+    return recorded
 
 
 def fold_compiled(
