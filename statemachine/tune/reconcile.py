@@ -52,6 +52,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from statemachine.domain.compiled import apply_compiled
 from statemachine.domain.events import (
     CountersAdopted,
     Event,
@@ -61,7 +62,6 @@ from statemachine.domain.events import (
     TrialResumed,
     TrialStopped,
 )
-from statemachine.domain.machine import apply
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Status
 from statemachine.exceptions import InvalidTransitionError
@@ -177,7 +177,7 @@ def reconcile(state: TrialState, ray_status: str, ray_num_failures: int,
     if event is not None:
         after = state.copy()
         try:
-            apply(after, event)
+            apply_compiled(after, event)
         except InvalidTransitionError:  # the recorder refuses it too: budgets as they were
             after = state
     spent = after.restore_failures
