@@ -249,13 +249,6 @@ def relative_time(moment: str | None, *, reference: datetime | None = None) -> s
     return when.strftime("%Y-%m-%d")
 
 
-def short_time(moment: str | None) -> str:
-    """An ISO time as ``YYYY-MM-DD HH:MM:SS`` (UTC; empty for ``None``)."""
-    if not moment:
-        return ""
-    return moment[:19].replace("T", " ")
-
-
 def basename(path: str | None) -> str:
     """The last component of a checkpoint path (``--wide`` and ``--json`` have it whole)."""
     if not path:

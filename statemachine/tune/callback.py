@@ -53,6 +53,7 @@ from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.rules import failure_in_restore
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Decision, Status
+from statemachine.log import ExperimentLog
 from statemachine.log.credentials import describe_url, redact_uri
 from statemachine.log.records import storable_name
 from statemachine.tune import checkpoints, errorfile, seam, secret_url
@@ -70,7 +71,12 @@ from statemachine.tune.reconcile import (
     reconcile,
 )
 from statemachine.tune.recorder import Recorder
-from statemachine.tune.store_url import log_sync_for, resolve_url, warn_if_network_filesystem
+from statemachine.tune.store_url import (
+    default_db_path,
+    log_sync_for,
+    resolve_url,
+    warn_if_network_filesystem,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +175,6 @@ class EventLogCallback(Callback):
         self._avoiding: dict[str, float] = {}
         self._avoid_checked = 0.0
         self._selector_problem: str | None = None
-        self._summary: dict[str, int] | None = None
         self._log_sync: LogSync | None = None
         # the Ray Trial object recorded behind each id (a new object: maybe a new trial)
         self._objects: dict[str, int] = {}
@@ -251,8 +256,6 @@ class EventLogCallback(Callback):
             options["busy_timeout_ms"] = int(self.busy_timeout_ms)
 
         def open_log() -> Any:
-            from statemachine.log import ExperimentLog
-
             if sync is not None:
                 sync.prepare()  # the newest log from storage, before the counters are read
             return ExperimentLog.open(url, experiment, policy, storage_path=storage_path,
@@ -725,7 +728,7 @@ class EventLogCallback(Callback):
             if state is not None and state.status.value != ray_status:
                 logger.warning("statemachine: trial %s ends %s in Ray but %s in the log",
                                trial_id, ray_status, state.status)
-        self._summary = summary = self.summary()
+        summary = self.summary()
         where = ""
         if recorder.unwritten or recorder.rejected:
             target = self._unwritten_path(trials)
@@ -795,8 +798,6 @@ class EventLogCallback(Callback):
     def _unwritten_path(self, trials: list[Any]) -> Path:
         folder = Path.cwd()
         if trials:
-            from statemachine.tune.store_url import default_db_path
-
             folder = default_db_path(trials[0]).parent
         return folder / f"statemachine-unwritten-{os.getpid()}.jsonl"
 
