@@ -1,11 +1,12 @@
-"""A transition table compiled from the ``transitions`` machine itself, for bulk replay.
+"""The fold: a transition table compiled from the ``transitions`` machine itself.
 
-``transitions`` is the definition and the live path. Replaying millions of events through its
-``Event.trigger`` costs about 11 us each; this module reads the very same ``Machine`` object
-(its events, transitions, condition and effect callables, in the same order) into plain dicts
-and tuples, and folds through them with the same callables. Nothing is written twice: a
-transition added to :func:`statemachine.domain.machine.transition_table` is compiled here
-automatically, and a property test proves both paths give equal states and records.
+``transitions`` is the definition. Folding through its ``Event.trigger`` costs about 10 us per
+event; this module reads the very same ``Machine`` object (its events, transitions, condition
+and effect callables and rules, in the same order) into plain dicts and tuples, and folds
+through them with the same callables: every fold of the package runs here (the live one is
+:func:`fold_for_session`). Nothing is written twice: a transition added to
+:func:`statemachine.domain.machine.transition_table` is compiled here automatically, and a
+property test proves both paths give equal states and records.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ def compile_machine(machine: Machine = MACHINE) -> dict[tuple[str, Status], tupl
     A branch is ``(guards, effects, destination, rule)``: the transition's own condition and
     ``before`` callables and its :class:`~statemachine.domain.rules.Rule`.
     """
+    # (finalize_event may be set: it runs after a trigger, changes nothing, and is how the
+    # Machine's own apply learns the rule that fired.)
     if machine.before_state_change or machine.after_state_change or machine.prepare_event:
         raise ValueError("machine-wide callbacks are not supported by the compiled table")
     table: dict[tuple[str, Status], tuple[_Branch, ...]] = {}

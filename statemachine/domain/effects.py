@@ -18,13 +18,21 @@ from statemachine.domain.events import (
     PolicySet,
     TrialRecreated,
     TrialReset,
+    TrialStarted,
 )
-from statemachine.domain.guards import policy_of, restore_target, state_of
+from statemachine.domain.guards import policy_of, state_of
 from statemachine.domain.policy import RestorePhase
-from statemachine.domain.state import CHECKPOINT_HISTORY
+from statemachine.domain.state import CHECKPOINT_HISTORY, TrialState
 from statemachine.domain.status import Decision
 
 Effect = Callable[[EventData], None]
+
+
+def _restore_target(ed: EventData, state: TrialState) -> str | None:
+    """The checkpoint a start restores from: the one the event names, else the latest."""
+    event = ed.kwargs["event"]
+    named = event.restore_from if isinstance(event, TrialStarted) else None
+    return named or state.latest_checkpoint
 
 
 def record_error(ed: EventData) -> None:
@@ -77,7 +85,7 @@ def begin_restore(ed: EventData) -> None:
     experiment snapshot) starts a new episode: the restore counter refers to one checkpoint.
     """
     state = state_of(ed)
-    target = restore_target(ed)
+    target = _restore_target(ed, state)
     if state.restoring_from is not None and target != state.restoring_from:
         state.restore_failures = 0
         state.excluded_nodes = ()
@@ -124,7 +132,7 @@ def continue_user_restore(ed: EventData) -> None:
     state.unconfirmed_restore = None
     if held is None:
         return
-    target = restore_target(ed)
+    target = _restore_target(ed, state)
     users = (state.user_restore_failed
              or policy_of(ed).restore_phase is RestorePhase.UNTIL_FIRST_REPORT)
     if users and target == held and state.restoring_from is None:
