@@ -28,7 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import NamedTuple
 
-from statemachine.domain.compiled import fold_for_session
+from statemachine.domain.compiled import apply_compiled, fold_for_session
 from statemachine.domain.events import Event
 from statemachine.domain.machine import TransitionRecord
 from statemachine.domain.policy import RetryPolicy
@@ -191,8 +191,12 @@ class ExperimentLog:
                 current.copy() if current is not None else TrialState(trial_id)
             )
         event_id = event_id or new_event_id()
-        for each, seq, record, _ in fold_for_session(work, event, self.policy,
-                                                     last.get(trial_id)):
+        session = self.session.policy
+        if work.policy is session:  # fold_for_session's common case, inline: the hot path
+            record = last[trial_id] = apply_compiled(work, event, None, last.get(trial_id))
+            requests.append(_request((trial_id, event, work.seq - 1, record, event_id)))
+            return record
+        for each, seq, record, _ in fold_for_session(work, event, session, last.get(trial_id)):
             # The PolicySet written for an event gets that event's id + "/p": a retry of the
             # event retries both, idempotently.
             e_id = event_id if each is event else event_id + "/p"

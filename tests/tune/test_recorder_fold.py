@@ -18,9 +18,7 @@ from statemachine import (
     TrialStarted,
     verify,
 )
-from statemachine.domain import compiled
 from statemachine.log import EventStore, ExperimentLog
-from statemachine.log import experiment_log as experiment_log_module
 from statemachine.tune.recorder import Recorder
 
 POLICY = RetryPolicy(max_failures=2)
@@ -30,12 +28,13 @@ POLICY = RetryPolicy(max_failures=2)
 def log_folds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The events the log folded itself (by type), counted as they happen."""
     folded: list[str] = []
+    fold = ExperimentLog._fold
 
-    def counting(work: Any, event: Any, session: Any, previous: Any = None) -> Any:
+    def counting(self: ExperimentLog, trial_id: str, event: Any, *args: Any) -> Any:
         folded.append(event.type_name)
-        return compiled.fold_for_session(work, event, session, previous)
+        return fold(self, trial_id, event, *args)
 
-    monkeypatch.setattr(experiment_log_module, "fold_for_session", counting)
+    monkeypatch.setattr(ExperimentLog, "_fold", counting)
     return folded
 
 
