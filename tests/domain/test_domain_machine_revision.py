@@ -20,7 +20,6 @@ import io
 import json
 import os
 import random
-import sys
 import tokenize
 from pathlib import Path
 from typing import Any
@@ -217,14 +216,21 @@ def _code_text(path: Path) -> str:
 
 
 def fold_modules() -> list[Path]:
-    """The domain modules a fold imports (the compiled table's, transitively)."""
-    import statemachine.domain.compiled  # noqa: F401
-
-    return sorted(
-        Path(module.__file__) for name, module in sys.modules.items()
-        if name.startswith("statemachine.domain.") and module.__file__
-        and name not in {"statemachine.domain.classify", "statemachine.domain.node_tally"}
-    )
+    """The domain modules the fold imports: ``compiled.py`` and, transitively, the domain
+    modules it imports (read from their source, so the answer never depends on what else the
+    test session imported)."""
+    found: set[Path] = set()
+    todo = [DOMAIN / "compiled.py"]
+    while todo:
+        path = todo.pop()
+        if path in found:
+            continue
+        found.add(path)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                    "statemachine.domain."):
+                todo.append(DOMAIN / f"{node.module.rsplit('.', 1)[1]}.py")  # type: ignore[union-attr]
+    return sorted(found)
 
 
 def code_digest() -> str:
