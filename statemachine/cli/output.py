@@ -263,13 +263,6 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
     return f"{count} {noun if count == 1 else plural or noun + 's'}"
 
 
-def short_time(moment: str | None) -> str:
-    """An ISO time as ``YYYY-MM-DD HH:MM:SS`` (UTC; empty for ``None``)."""
-    if not moment:
-        return ""
-    return moment[:19].replace("T", " ")
-
-
 def basename(path: str | None) -> str:
     """The last component of a checkpoint path (``--wide`` and ``--json`` have it whole)."""
     if not path:
