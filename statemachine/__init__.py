@@ -43,7 +43,8 @@ from statemachine.domain.failures import (
     TrialError,
 )
 from statemachine.domain.machine import TransitionRecord, apply, fold
-from statemachine.domain.nodes import NodeRef, NodeTally, tally_nodes
+from statemachine.domain.node_tally import NodeTally, tally_nodes
+from statemachine.domain.nodes import NodeRef
 from statemachine.domain.policy import (
     COUNT_PREEMPTION_ENV,
     RESTORE_RETRY_ENV,

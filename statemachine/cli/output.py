@@ -263,13 +263,6 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
     return f"{count} {noun if count == 1 else plural or noun + 's'}"
 
 
-def short_time(moment: str | None) -> str:
-    """An ISO time as ``YYYY-MM-DD HH:MM:SS`` (UTC; empty for ``None``)."""
-    if not moment:
-        return ""
-    return moment[:19].replace("T", " ")
-
-
 def clock_time(moment: str | None) -> str:
     """An ISO time as ``YYYY-MM-DD HH:MM:SS.mmm`` (UTC; empty for ``None``): milliseconds
     always shown, also for a whole second (whose ISO form has none)."""

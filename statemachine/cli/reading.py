@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 import click
 
 from statemachine.cli.db import BadInput
-from statemachine.domain.compiled import apply_compiled
 from statemachine.domain.events import Event
 from statemachine.domain.state import TrialState
 from statemachine.exceptions import UnknownExperimentError, UnknownTrialError, close_matches
@@ -213,7 +212,7 @@ def fold_states(
         rows = (r for r in rows if at.includes(r))
     states = []
     for trial_id, trial_rows in group_by_trial(rows).items():
-        replay = fold_stored(trial_id, trial_rows, keep_steps=False, step=apply_compiled)
+        replay = fold_stored(trial_id, trial_rows, keep_steps=False)
         if replay.halted_at is not None:
             out.warn(halt_message(replay.halted_at, replay.halt_reason or ""))
         states.append(replay.state)

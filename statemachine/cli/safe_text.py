@@ -69,11 +69,6 @@ def visible(value: Any) -> str:
     return _UNSAFE.sub(_escape, text)
 
 
-def has_unsafe(text: str) -> bool:
-    """Whether ``text`` holds a character :func:`visible` would escape."""
-    return _UNSAFE.search(text) is not None
-
-
 def cell(value: Any, style: str = "") -> Text:
     """A rich ``Text`` of ``value`` shown literally: no markup, no emoji codes, controls
     escaped. The one way log text enters a rich renderable."""

@@ -9,7 +9,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from statemachine.domain.nodes import NodeRef, NodeTally
+from statemachine.domain.node_tally import NodeTally
+from statemachine.domain.nodes import NodeRef
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Status
 from statemachine.exceptions import EventDecodeError

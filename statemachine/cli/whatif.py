@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from statemachine.cli.output import counted
+from statemachine.domain.compiled import apply_compiled
 from statemachine.domain.events import (
     Event,
     FirstResult,
@@ -20,7 +21,6 @@ from statemachine.domain.events import (
     TrialFailed,
     TrialStarted,
 )
-from statemachine.domain.machine import apply
 from statemachine.domain.policy import RestorePhase, RetryPolicy
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Decision, Status
@@ -61,7 +61,7 @@ def retries_on_failed_nodes(events: Sequence[Event]) -> int:
         ):
             count += 1
         try:
-            apply(state, event, state.policy.replace(avoid_failed_nodes=True))
+            apply_compiled(state, event, state.policy.replace(avoid_failed_nodes=True))
         except InvalidTransitionError:
             break
     return count
@@ -103,7 +103,7 @@ def what_if(trial_id: str, events: Sequence[Event], changes: Mapping[str, Any]) 
     """Fold ``events`` as recorded and with ``changes`` to the policy in force."""
     recorded = TrialState(trial_id)
     for event in events:
-        apply(recorded, event)
+        apply_compiled(recorded, event)
     recorded_failures = sum(isinstance(e, TrialFailed) for e in events)
 
     hypo = TrialState(trial_id)
@@ -115,7 +115,7 @@ def what_if(trial_id: str, events: Sequence[Event], changes: Mapping[str, Any]) 
         if policy is None:
             policy = overrides.setdefault(hypo.policy, hypo.policy.replace(**changes))
         try:
-            apply(hypo, event, policy)
+            apply_compiled(hypo, event, policy)
         except InvalidTransitionError:
             cut_at = index + 1
             break

@@ -1,13 +1,17 @@
-"""Map a raw exception and the phase it happened in to a typed trial failure.
+"""Map a raised exception and the phase it happened in to a typed trial failure.
 
-Ray is imported only when the exception itself comes from Ray, so the pure core stays usable
-(and fast to import) without Ray installed.
+The rules (:func:`classify_raised`) read a :class:`Raised`: the exception as raised and, when a
+runtime wrapped it (Ray's ``RayTaskError``), what the wrapper carried. This module knows no
+runtime: unwrapping Ray's exceptions is :mod:`statemachine.tune.ray_errors`, which hands the
+same rules a filled-in :class:`Raised`. :func:`classify` is for an exception raised in this
+process, as it was raised.
 """
 
 from __future__ import annotations
 
 import traceback as tb
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from statemachine.domain.failures import (
     AbortError,
@@ -27,6 +31,28 @@ def qualified_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+@dataclass(frozen=True, slots=True)
+class Raised:
+    """An exception as the classification rules read it.
+
+    Attributes:
+        exception: what was raised (its type's names count for the fatal rule too).
+        cause: the exception a runtime's wrapper carried (``exception`` when not wrapped).
+        traceback: the traceback text the wrapper carried (``None``: formatted from
+            ``exception``).
+        preempted: for an actor that died, whether its node was preempted (``None``: not an
+            actor death).
+        carried: a typed failure raised in the trial's own process and carried as it was
+            (``statemachine.tune.restoring()``), taken whatever the phase.
+    """
+
+    exception: BaseException
+    cause: BaseException
+    traceback: str | None = None
+    preempted: bool | None = None
+    carried: TrialError | None = None
+
+
 def _type_names(exc: BaseException) -> set[str]:
     names: set[str] = set()
     for cls in type(exc).__mro__:
@@ -35,76 +61,47 @@ def _type_names(exc: BaseException) -> set[str]:
     return names
 
 
-def _from_ray(exc: BaseException) -> bool:
-    return any(cls.__module__.split(".", 1)[0] == "ray" for cls in type(exc).__mro__)
-
-
 def _traceback_text(exc: BaseException) -> str:
     return "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
 
 
-def _unwrap_ray(exc: BaseException) -> tuple[BaseException, str | None, bool | None]:
-    """Return (cause, traceback text from Ray or None, preempted flag if an actor death)."""
-    from ray.exceptions import RayActorError, RayTaskError
+def classify_raised(
+    raised: Raised, phase: Status, fatal_types: Iterable[str] = ()
+) -> TrialError:
+    """The typed failure for ``raised`` in ``phase``: the rules, in order.
 
-    traceback_text: str | None = None
-    if isinstance(exc, RayTaskError):
-        # ``ray.get`` raises ``as_instanceof_cause()`` duals: their ``__getattr__`` forwards to
-        # the cause, so ``traceback_str`` may be missing (AttributeError) rather than None
-        # (their str() is the remote traceback that traceback_str held).
-        traceback_text = getattr(exc, "traceback_str", None) or str(exc) or None
-        cause = getattr(exc, "cause", None) or exc
-        if isinstance(cause, RayActorError):
-            return cause, traceback_text, bool(cause.preempted)
-        return cause, traceback_text, None
-    if isinstance(exc, RayActorError):
-        return exc, None, bool(exc.preempted)
-    return exc, None, None
-
-
-def _carried_trial_error(cause: BaseException) -> TrialError | None:
-    """A :class:`TrialError` that Ray carried, possibly through nested ``RayTaskError``s
-    (a Ray Train worker's error reaches Tune through the trainer's actor)."""
-    for _ in range(8):
-        if isinstance(cause, TrialError):
-            return cause
-        inner = getattr(cause, "cause", None) if _from_ray(cause) else None
-        if not isinstance(inner, BaseException):
-            return None
-        cause = inner
-    return None
+    A carried :class:`TrialError` is taken as it was raised (a plain copy); an exception whose
+    type (or any base, by short or qualified name, of the exception or its cause) is listed in
+    ``fatal_types`` or is Tune's ``_AbortTrialExecution`` becomes :class:`AbortError`;
+    anything raised while ``RESTORING`` is a :class:`RestoreError`; an actor death becomes
+    :class:`ActorError` with its ``preempted`` flag; anything else is a
+    :class:`TrainingError`.
+    """
+    if raised.carried is not None:  # as it was raised: a plain copy, never a wrapper's dual
+        return TrialError.from_dict(raised.carried.to_dict())
+    cause = raised.cause
+    names = _type_names(raised.exception) | _type_names(cause)
+    cause_type = qualified_name(type(cause))
+    message = str(cause)
+    traceback_text = raised.traceback or _traceback_text(raised.exception)
+    if names & (set(fatal_types) | ALWAYS_FATAL):
+        return AbortError(cause_type, message, traceback_text)
+    if phase is Status.RESTORING:
+        return RestoreError(cause_type, message, traceback_text)
+    if raised.preempted is not None:
+        return ActorError(cause_type, message, traceback_text, preempted=raised.preempted)
+    return TrainingError(cause_type, message, traceback_text)
 
 
 def classify(
     exc: BaseException, phase: Status, fatal_types: Iterable[str] = ()
 ) -> TrialError:
-    """Map ``exc``, raised while the trial was in ``phase``, to a typed failure.
+    """Map ``exc``, raised in this process while the trial was in ``phase``, to a typed failure.
 
-    Rules, in order: a :class:`TrialError` is returned as it is (also when Ray carried it
-    from the trial's actor, wrapped in a ``RayTaskError``); an exception whose type (or
-    any base, by short or qualified name) is listed in ``fatal_types`` or is Tune's
-    ``_AbortTrialExecution`` becomes :class:`AbortError`; anything raised while ``RESTORING``
-    is a :class:`RestoreError`; Ray's ``RayTaskError`` is unwrapped to its cause; a
-    ``RayActorError`` becomes :class:`ActorError` with its ``preempted`` flag; anything else
-    is a :class:`TrainingError`.
+    The rules of :func:`classify_raised`, for an exception as it was raised (a
+    :class:`TrialError` is returned as it is). An exception Ray carried from a trial's process
+    is unwrapped first by :func:`statemachine.tune.ray_errors.classify_ray`.
     """
-    if isinstance(exc, TrialError) and not _from_ray(exc):
+    if isinstance(exc, TrialError):
         return exc
-    cause, ray_traceback, preempted = _unwrap_ray(exc) if _from_ray(exc) else (exc, None, None)
-    carried = _carried_trial_error(cause)
-    if carried is not None:
-        # Typed in the trial's own process (``statemachine.tune.restoring``) and carried
-        # through Ray: as it was raised, whatever Ray's phase (a plain copy, never a dual).
-        return TrialError.from_dict(carried.to_dict())
-    names = _type_names(exc) | _type_names(cause)
-    cause_type = qualified_name(type(cause))
-    message = str(cause)
-    traceback_text = ray_traceback or _traceback_text(exc)
-    fatal = set(fatal_types)
-    if names & (fatal | ALWAYS_FATAL):
-        return AbortError(cause_type, message, traceback_text)
-    if phase is Status.RESTORING:
-        return RestoreError(cause_type, message, traceback_text)
-    if preempted is not None:
-        return ActorError(cause_type, message, traceback_text, preempted=preempted)
-    return TrainingError(cause_type, message, traceback_text)
+    return classify_raised(Raised(exc, exc), phase, fatal_types)

@@ -2,8 +2,9 @@
 
 The text counterpart of :func:`statemachine.domain.classify.classify`, for histories
 reconstructed from Ray's files (``trial-replay ingest``), where no exception object exists
-any more: only ``str(exc)`` as Ray appended it. The rules are those of docs/design.md "Typed
-failures", in the same order, read from the text:
+any more: only ``str(exc)`` as Ray appended it. This module only reads the text; the rules are
+:func:`~statemachine.domain.classify.classify_raised`'s (docs/design.md "Typed failures"),
+given what the text says:
 
 1. the error's last exception line names one of this package's failures
    (``statemachine.domain.failures.RestoreError: builtins.OSError: ...``, raised by
@@ -26,22 +27,17 @@ qualified_name` writes them (Python's traceback leaves ``builtins``/``__main__``
 from __future__ import annotations
 
 import builtins
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from statemachine.domain.failures import (
-    FAILURE_KINDS,
-    AbortError,
-    ActorError,
-    RestoreError,
-    TrainingError,
-    TrialError,
-)
+from statemachine.domain.classify import Raised, classify_raised
+from statemachine.domain.failures import FAILURE_KINDS, ActorError, TrialError
 from statemachine.domain.status import Status
 
-__all__ = ["ErrorText", "classify_text", "names_of", "parse_error_text", "preempted_text",
-           "strip_ansi"]
+__all__ = ["ErrorText", "classify_text", "named_exception", "parse_error_text",
+           "preempted_text", "strip_ansi"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 #: Ray's first line of a remote error: ``ray::Flaky.train() (pid=9633, ip=10.0.0.2, ...)``.
@@ -60,7 +56,6 @@ _ACTOR_OPENINGS = (
     ("The actor died", "ray.exceptions.ActorDiedError"),
     ("The actor experienced an error", "ray.exceptions.RayActorError"),
 )
-_ABORT = "ray.tune.error._AbortTrialExecution"
 #: What Ray's own messages say of an actor whose node was preempted (its GCS and raylet, 2.40
 #: to 2.60). Not a bare "preempted": Ray's message for any dead node says it "can happen if
 #: the node was preempted".
@@ -151,17 +146,35 @@ def parse_error_text(text: str) -> ErrorText:
     return ErrorText(clean, call, exception_type, message, restoring, actor_type)
 
 
-def names_of(type_name: str) -> set[str]:
-    """The names a fatal type list may give for ``type_name``: it and its bases, short and
-    qualified. The bases are known for Python's own exceptions (``TimeoutError`` is an
-    ``OSError``); a user's exception is known by its own name only."""
-    names = {type_name, type_name.rsplit(".", 1)[-1]}
+class _Named(Exception):
+    """Base of the stand-ins for an exception known only by the name its text gives."""
+
+    _message = ""
+
+    def __str__(self) -> str:
+        return self._message
+
+
+@functools.lru_cache(maxsize=256)
+def _stand_in(type_name: str) -> type[BaseException]:
+    """A class named ``type_name`` (qualified): a subclass of Python's own exception of
+    that name, so its bases count as the real one's do (``TimeoutError`` is an
+    ``OSError``); for any other name, of :class:`Exception` (a user's bases are not in the
+    text)."""
     module, _, short = type_name.rpartition(".")
-    found = getattr(builtins, short, None) if module == "builtins" else None
-    if isinstance(found, type) and issubclass(found, BaseException):
-        for cls in found.__mro__:
-            names.update((cls.__qualname__, f"{cls.__module__}.{cls.__qualname__}"))
-    return names
+    real = getattr(builtins, short, None) if module == "builtins" else None
+    base = real if isinstance(real, type) and issubclass(real, BaseException) else _Named
+    return type(short, (base,), {"__module__": module or "builtins", "__qualname__": short,
+                                 "__str__": _Named.__str__, "_message": ""})
+
+
+def named_exception(type_name: str, message: str) -> BaseException:
+    """An exception of the class ``type_name`` names whose ``str()`` is ``message``: what
+    :func:`~statemachine.domain.classify.classify_raised` reads, built from text alone."""
+    cls = _stand_in(type_name)
+    exc = cls.__new__(cls)
+    exc._message = message  # type: ignore[attr-defined]
+    return exc
 
 
 def preempted_text(text: str) -> bool:
@@ -195,22 +208,22 @@ def classify_text(
 ) -> TrialError:
     """Type the failure whose text Ray wrote (``error.txt``), raised while in ``phase``.
 
-    The rules are :func:`~statemachine.domain.classify.classify`'s, read from the text (see
-    the module's docstring); the returned failure's ``traceback`` is the text without colour
-    codes.
+    The rules are the domain's own, :func:`~statemachine.domain.classify.classify_raised`,
+    given what the text says (see the module's docstring): a typed failure it carries, an
+    exception of the type it names, restoring when it says so, an actor death's
+    ``preempted``. The returned failure's ``traceback`` is the text without colour codes; a
+    text that names no type gives ``cause_type`` ``unknown``.
     """
     parsed = parse_error_text(text)
     carried = _carried(parsed)
-    if carried is not None:
-        return carried
-    cause_type = parsed.exception_type or parsed.actor_type or "unknown"
-    message = parsed.message
-    fatal = set(fatal_types) | {_ABORT}
-    if names_of(cause_type) & fatal:
-        return AbortError(cause_type, message, parsed.text)
-    if phase is Status.RESTORING or parsed.restoring:
-        return RestoreError(cause_type, message, parsed.text)
-    if parsed.actor_type is not None:
-        return ActorError(parsed.actor_type, message, parsed.text,
-                          preempted=preempted_text(parsed.text))
-    return TrainingError(cause_type, message, parsed.text)
+    type_name = parsed.exception_type or parsed.actor_type
+    exc = named_exception(type_name or "builtins.Exception", parsed.message)
+    raised = Raised(exc, exc, parsed.text or None,
+                    preempted=preempted_text(parsed.text) if parsed.actor_type else None,
+                    carried=carried)
+    error = classify_raised(raised, Status.RESTORING if parsed.restoring else phase,
+                            fatal_types)
+    error.traceback = parsed.text
+    if type_name is None and carried is None:
+        error.cause_type = "unknown"
+    return error

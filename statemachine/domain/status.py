@@ -18,11 +18,22 @@ class Status(str, Enum):
 
     @property
     def is_terminal(self) -> bool:
-        """Whether the trial has ended (``TERMINATED`` or ``ERROR``)."""
-        return self in (Status.TERMINATED, Status.ERROR)
+        """Whether the trial has ended (one of :data:`ENDED`)."""
+        return self in ENDED
+
+    @property
+    def is_live(self) -> bool:
+        """Whether the trial is in the experiment and has not ended (one of :data:`LIVE`)."""
+        return self in LIVE
 
     def __str__(self) -> str:
         return self.value
+
+
+#: The statuses of a trial that is in the experiment and has not ended.
+LIVE: tuple[Status, ...] = (Status.PENDING, Status.RUNNING, Status.PAUSED, Status.RESTORING)
+#: The statuses of a trial that has ended (``TrialReset`` or ``TrialRecreated`` may requeue it).
+ENDED: tuple[Status, ...] = (Status.TERMINATED, Status.ERROR)
 
 
 class Decision(str, Enum):

@@ -37,7 +37,6 @@ from urllib.parse import quote
 
 from sqlalchemy import (
     Connection,
-    CursorResult,
     Dialect,
     Engine,
     Insert,
@@ -119,10 +118,6 @@ class Backend:
     def appended(self, statement: Insert) -> Insert:
         """The append statement, made to report the new event's position."""
         return statement
-
-    def position(self, result: CursorResult[Any]) -> int | None:
-        """The new event's position from the append's result (``None``: nothing inserted)."""
-        raise NotImplementedError
 
     def begin(self, dbapi_connection: Any) -> None:
         """Begin a write transaction on a DBAPI connection (the store's hot path)."""
@@ -223,9 +218,6 @@ class SQLiteBackend(Backend):
     def insert(self, table: Table) -> Any:
         return sqlite.insert(table)
 
-    def position(self, result: CursorResult[Any]) -> int | None:
-        return result.lastrowid if result.rowcount == 1 else None
-
     def begin(self, dbapi_connection: Any) -> None:
         dbapi_connection.execute("BEGIN IMMEDIATE")
 
@@ -309,9 +301,6 @@ class PostgreSQLBackend(Backend):
 
     def appended(self, statement: Insert) -> Insert:
         return statement.returning(statement.table.c.position)
-
-    def position(self, result: CursorResult[Any]) -> int | None:
-        return result.scalar()
 
     def inserted_position(self, cursor: Any) -> int | None:
         row = cursor.fetchone()

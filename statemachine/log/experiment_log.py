@@ -3,11 +3,16 @@
 ``record`` folds the event on a copy of the trial's state (so an invalid event changes
 nothing), appends it with the transition record it produced, and only then keeps the new
 state. It folds through the table compiled from the ``transitions`` machine
-(:func:`statemachine.domain.compiled.apply_compiled`): the same code path that rehydration and
-bulk replay use, proven equal to the machine by the domain's property test, and about 30
-times cheaper per event than a trigger (which matters for group commits of results).
-:func:`statemachine.log.replay.verify` re-folds a log through the ``transitions`` machine
-itself, so every recorded decision is also checked against the definition.
+(:func:`statemachine.domain.compiled.fold_for_session`, the one live fold): the same code path
+that rehydration and bulk replay use, proven equal to the machine by the domain's property
+test, and about 30 times cheaper per event than a trigger (which matters for group commits of
+results). :func:`statemachine.log.replay.verify` re-folds a log through the ``transitions``
+machine itself, so every recorded decision is also checked against the definition.
+
+A caller that folds every event itself before it is written (the Tune recorder, which must
+know the decision while the store is down) hands the log its fold with :meth:`append_folded`:
+an event folded from the very state object the log holds for the trial is appended as it
+was folded, without a second fold; any other is folded again here.
 
 Opening rehydrates every trial from its newest snapshot plus the events after it. Snapshots
 are written every ``snapshot_every`` events of a trial and for every trial at a clean close.
@@ -18,12 +23,13 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import NamedTuple
 
-from statemachine.domain.compiled import apply_compiled
-from statemachine.domain.events import Event, with_policy
+from statemachine.domain.compiled import apply_compiled, fold_for_session
+from statemachine.domain.events import Event
 from statemachine.domain.machine import TransitionRecord
 from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.state import TrialState
@@ -36,6 +42,23 @@ from statemachine.log.store import EventStore
 logger = logging.getLogger(__name__)
 #: ``AppendRequest(*fields)`` in C (one is made per recorded event).
 _request = functools.partial(tuple.__new__, AppendRequest)
+
+
+class Prefolded(NamedTuple):
+    """An event its caller folded already, as this log would (:meth:`ExperimentLog.append_folded`).
+
+    ``before`` is the state object it was folded from (``None``: a trial new to the caller),
+    ``after`` the state it left (a new object, never changed afterwards; ``None``: not folded
+    on its own, the log folds it), ``seq`` the trial's seq before it and ``record`` what it did.
+    """
+
+    trial_id: str
+    event: Event
+    event_id: str
+    seq: int = -1
+    record: TransitionRecord | None = None
+    before: TrialState | None = None
+    after: TrialState | None = None
 
 
 class ExperimentLog:
@@ -168,17 +191,17 @@ class ExperimentLog:
                 current.copy() if current is not None else TrialState(trial_id)
             )
         event_id = event_id or new_event_id()
-        if work.policy is self.session.policy:  # the common case: with_policy says [event]
+        session = self.session.policy
+        if work.policy is session:  # fold_for_session's common case, inline: the hot path
             record = last[trial_id] = apply_compiled(work, event, None, last.get(trial_id))
             requests.append(_request((trial_id, event, work.seq - 1, record, event_id)))
             return record
-        for e in with_policy(event, work.policy, self.policy):
+        for each, seq, record, _ in fold_for_session(work, event, session, last.get(trial_id)):
             # The PolicySet written for an event gets that event's id + "/p": a retry of the
             # event retries both, idempotently.
-            e_id = event_id if e is event else event_id + "/p"
-            seq = work.seq
-            record = apply_compiled(work, e)
-            requests.append(_request((trial_id, e, seq, record, e_id)))
+            e_id = event_id if each is event else event_id + "/p"
+            requests.append(_request((trial_id, each, seq, record, e_id)))
+        last[trial_id] = record
         return record
 
     def record(
@@ -226,6 +249,54 @@ class ExperimentLog:
         fold = self._fold
         for (trial_id, event), event_id in zip(items, ids, strict=True):
             results.append(fold(trial_id, event, event_id, pending, requests, last))
+        return self._commit(pending, requests, results)
+
+    def append_folded(self, items: Sequence[Prefolded]) -> list[TransitionRecord]:
+        """Append events the caller folded already, in one transaction (all or none).
+
+        An event folded from the state object this log holds for its trial (or, for a new
+        trial, from none), under this session's policy, is appended as it was folded and its
+        ``after`` state kept as it is; any other is folded again here, as :meth:`record_many`
+        does (a caller's state that was not this log's, such as a shadow fold begun while the
+        store was down). The same guarantees as :meth:`record`.
+        """
+        with self._lock:
+            self._check_open()
+            pending: dict[str, TrialState] = {}
+            adopted: set[str] = set()  # pending states that are the caller's: never changed
+            requests: list[AppendRequest] = []
+            last: dict[str, TransitionRecord] = {}
+            results: list[TransitionRecord] = []
+            for item in items:
+                trial_id = item.trial_id
+                current = pending[trial_id] if trial_id in pending else self._states.get(trial_id)
+                after, record = item.after, item.record
+                # (a state under another policy than this session's: another session's fold)
+                if after is not None and record is not None and current is item.before and (
+                        after.policy is self.policy or after.policy == self.policy):
+                    requests.append(_request((trial_id, item.event, item.seq, record,
+                                              item.event_id)))
+                    pending[trial_id] = after
+                    adopted.add(trial_id)
+                    results.append(record)
+                    continue
+                if trial_id in adopted:  # fold on a copy of the caller's state, never on it
+                    pending[trial_id] = pending[trial_id].copy()
+                    adopted.discard(trial_id)
+                results.append(self._fold(trial_id, item.event, item.event_id, pending,
+                                          requests, last))
+                if after is not None and pending[trial_id] == after:
+                    pending[trial_id] = after  # the same fold: follow the caller's again
+                    adopted.add(trial_id)
+            return self._commit(pending, requests, results)
+
+    def _commit(
+        self,
+        pending: dict[str, TrialState],
+        requests: list[AppendRequest],
+        results: list[TransitionRecord],
+    ) -> list[TransitionRecord]:
+        """Append ``requests`` in one transaction, then keep the ``pending`` states."""
         try:
             # One request is one fenced statement; more are one transaction. No stored
             # records are built: the states and the transition records are the answer.

@@ -1,12 +1,13 @@
 """Replay: fold stored events back into trial states, and verify a log against its own fold.
 
-Two folds, one state machine:
-- :func:`replay_trial` and :func:`verify` step through :func:`statemachine.domain.machine.apply`
-  (the ``transitions`` machine, the definition), so ``verify`` checks every decision the live
-  path recorded against it;
-- :func:`replay_experiment` and :func:`rehydrate` fold in bulk through the table compiled from
-  that same machine (:mod:`statemachine.domain.compiled`, proven equal by a property test),
-  the very path a live :class:`ExperimentLog` records with.
+One replay engine (:func:`_fold_trial`), through the table compiled from the ``transitions``
+machine (:mod:`statemachine.domain.compiled`, the fold a live :class:`ExperimentLog` records
+with): a trial's rows are decoded in order, up to the first that does not decode, and their
+events folded, up to the first that does not fold; that row is the trial's ``halted_at``.
+Rows come as stored events (:func:`fold_stored`, :func:`replay_trial`, ``replay_experiment``
+with steps) or, for a whole experiment without steps, as lean tuples decoded in bulk.
+:func:`verify` folds through the ``transitions`` machine itself, the definition, so it checks
+every decision the live path recorded against it.
 
 ``policy=`` replays under another retry policy (a what-if). Such a replay may reach an event
 the log holds but the new policy makes impossible (the trial already ended in ``ERROR``); the
@@ -16,7 +17,7 @@ fold stops there and says so in :attr:`TrialReplay.halted_at` instead of raising
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,8 +31,6 @@ from statemachine.exceptions import EventDecodeError, InvalidTransitionError, St
 from statemachine.log.bulk import collector_paused
 from statemachine.log.records import INGEST_KIND, StoredEvent
 from statemachine.log.store import EventStore
-
-Apply = Callable[[TrialState, Any, "RetryPolicy | None"], TransitionRecord]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +61,73 @@ class TrialReplay:
     halt_reason: str | None = None
 
 
+#: A stored row, or its position (read in full only when needed: :func:`_stored_at`).
+_Row = StoredEvent | int
+#: Where a trial's decoding stopped: ``(the row, why)``.
+_Halt = tuple[_Row, str]
+
+
+def _fold_trial(
+    trial_id: str,
+    events: Sequence[Event],
+    rows: Sequence[_Row],
+    policy: RetryPolicy | None,
+    state: TrialState | None,
+    keep_steps: bool,
+    decode_halt: _Halt | None = None,
+    read: Callable[[int], StoredEvent] | None = None,
+) -> TrialReplay:
+    """The replay engine: fold a trial's decoded ``events`` (``rows[i]`` is where
+    ``events[i]`` is stored: a row, or a position ``read`` reads) from ``state``; halt at
+    the first that does not fold, else at ``decode_halt`` (the first row that did not
+    decode)."""
+
+    def full(row: _Row) -> StoredEvent:
+        if isinstance(row, StoredEvent):
+            return row
+        assert read is not None
+        return read(row)
+
+    replay = TrialReplay(trial_id, state.copy() if state is not None else TrialState(trial_id))
+    if not keep_steps:
+        try:
+            replay.state = fold_compiled(trial_id, events, policy, replay.state)
+            events = ()  # all folded: nothing to step through
+        except InvalidTransitionError:
+            pass  # rare: step from the start to find the event that does not fold
+    for index, event in enumerate(events):
+        try:
+            record = apply_compiled(replay.state, event, policy)
+        except InvalidTransitionError as exc:
+            decode_halt = (rows[index], str(exc))
+            break
+        if keep_steps:
+            replay.steps.append(ReplayStep(full(rows[index]), record))
+    else:
+        if decode_halt is None:
+            return replay
+    row, replay.halt_reason = decode_halt
+    replay.halted_at = full(row)
+    return replay
+
+
+def _decode_rows(stored: Iterable[StoredEvent]) -> tuple[list[Event], list[StoredEvent],
+                                                         _Halt | None]:
+    """A trial's rows decoded in order, up to the first whose event or recorded counters do
+    not decode (a row is whole only if its counters parse too)."""
+    events: list[Event] = []
+    rows: list[StoredEvent] = []
+    for item in stored:
+        try:
+            event = item.event
+            _ = item.counters
+        except EventDecodeError as exc:
+            return events, rows, (item, str(exc))
+        events.append(event)
+        rows.append(item)
+    return events, rows, None
+
+
 def fold_stored(
     trial_id: str,
     stored: Iterable[StoredEvent],
@@ -69,30 +135,10 @@ def fold_stored(
     policy: RetryPolicy | None = None,
     state: TrialState | None = None,
     keep_steps: bool = True,
-    step: Apply = apply,
 ) -> TrialReplay:
     """Fold one trial's stored events (in seq order) from ``state`` (default: a new trial)."""
-    replay = TrialReplay(trial_id, state.copy() if state is not None else TrialState(trial_id))
-    for item in stored:
-        record = _fold_row(replay, item, policy, step)
-        if record is None:
-            break
-        if keep_steps:
-            replay.steps.append(ReplayStep(item, record))
-    return replay
-
-
-def _fold_row(
-    replay: TrialReplay, item: StoredEvent, policy: RetryPolicy | None, step: Apply
-) -> TransitionRecord | None:
-    """Fold one stored row into ``replay``; a row that does not decode or fold halts it."""
-    try:
-        event = item.event
-        _ = item.counters  # a row is whole only if its recorded counters parse too
-        return step(replay.state, event, policy)
-    except (InvalidTransitionError, EventDecodeError) as exc:
-        replay.halted_at, replay.halt_reason = item, str(exc)
-        return None
+    events, rows, halt = _decode_rows(stored)
+    return _fold_trial(trial_id, events, rows, policy, state, keep_steps, halt)
 
 
 def replay_trial(
@@ -126,19 +172,13 @@ def replay_experiment(
     if not keep_steps:
         with collector_paused():
             return _replay_lean(store, experiment, upto_position, upto_time, policy)
-    replays: dict[str, TrialReplay] = {}
+    by_trial: dict[str, list[StoredEvent]] = {}
     for item in store.read_experiment(experiment, upto_time=upto_time):
         if upto_position is not None and item.position > upto_position:
             break
-        replay = replays.get(item.trial_id)
-        if replay is None:
-            replay = replays[item.trial_id] = TrialReplay(item.trial_id, TrialState(item.trial_id))
-        if replay.halted_at is not None:
-            continue
-        record = _fold_row(replay, item, policy, apply_compiled)
-        if record is not None:
-            replay.steps.append(ReplayStep(item, record))
-    return replays
+        by_trial.setdefault(item.trial_id, []).append(item)
+    return {trial_id: fold_stored(trial_id, rows, policy=policy)
+            for trial_id, rows in by_trial.items()}
 
 
 def _stored_at(store: EventStore, experiment: str, position: int) -> StoredEvent:
@@ -153,15 +193,15 @@ def _replay_lean(
     upto_time: datetime | None,
     policy: RetryPolicy | None,
 ) -> dict[str, TrialReplay]:
-    """:func:`replay_experiment` without steps: lean rows, each trial folded by ``fold_compiled``.
+    """:func:`replay_experiment` without steps, from lean rows decoded in bulk.
 
-    The same result as the stepwise fold: rows decode and their counters are checked in
-    position order; a trial stops at its first row that does not decode or fold, and that
-    row (read in full, with the very error the stepwise fold gives) is its ``halted_at``.
+    Rows decode and their counters are checked in position order; a row that does not is
+    read in full and decoded as :func:`fold_stored` decodes it (the same halt, worded the
+    same); the full row of a halt is read only then.
     """
     pending: dict[str, list[Event]] = {}
     positions: dict[str, list[int]] = {}
-    halted: dict[str, TrialReplay] = {}
+    halted: dict[str, _Halt] = {}
     good_counters: set[str] = set()
     loads = json.loads
     for position, trial_id, _seq, type_name, version, payload, counters in store.read_fold_rows(
@@ -185,37 +225,24 @@ def _replay_lean(
                 if len(good_counters) < 100_000:
                     good_counters.add(counters)
         except (EventDecodeError, TypeError, ValueError):
-            # Decide (and word the halt) exactly as the stepwise fold does, from the full row.
+            # Decide (and word the halt) exactly as fold_stored does, from the full row.
             row = _stored_at(store, experiment, position)
-            try:
-                event = row.event
-                _ = row.counters
-            except EventDecodeError as exc:
-                halted[trial_id] = TrialReplay(
-                    trial_id, TrialState(trial_id), halted_at=row, halt_reason=str(exc)
-                )
+            _, _, halt = _decode_rows([row])
+            if halt is not None:
+                halted[trial_id] = halt
                 continue
+            event = row.event
         trial_events.append(event)
         positions[trial_id].append(position)
-    replays: dict[str, TrialReplay] = {}
-    for trial_id, trial_events in pending.items():
-        try:
-            replay = TrialReplay(trial_id, fold_compiled(trial_id, trial_events, policy))
-        except InvalidTransitionError:
-            # Rare: find the event that does not fold, stepping as the stepwise fold does.
-            replay = TrialReplay(trial_id, TrialState(trial_id))
-            for event, position in zip(trial_events, positions[trial_id], strict=True):
-                try:
-                    apply_compiled(replay.state, event, policy)
-                except InvalidTransitionError as exc:
-                    replay.halted_at = _stored_at(store, experiment, position)
-                    replay.halt_reason = str(exc)
-                    break
-        decode_halt = halted.get(trial_id)
-        if decode_halt is not None and replay.halted_at is None:
-            replay.halted_at, replay.halt_reason = decode_halt.halted_at, decode_halt.halt_reason
-        replays[trial_id] = replay
-    return replays
+
+    def read(position: int) -> StoredEvent:
+        return _stored_at(store, experiment, position)
+
+    return {
+        trial_id: _fold_trial(trial_id, trial_events, positions[trial_id], policy, None, False,
+                              halted.get(trial_id), read)
+        for trial_id, trial_events in pending.items()
+    }
 
 
 def rehydrate(store: EventStore, experiment: str) -> dict[str, TrialState]:

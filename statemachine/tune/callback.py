@@ -28,7 +28,6 @@ from typing import Any, TypeVar
 
 from ray.tune import Callback
 
-from statemachine.domain.classify import classify
 from statemachine.domain.events import (
     CheckpointSaved,
     CheckpointsDiscarded,
@@ -50,9 +49,11 @@ from statemachine.domain.events import (
 )
 from statemachine.domain.machine import TransitionRecord
 from statemachine.domain.nodes import NodeRef
-from statemachine.domain.policy import RestorePhase, RetryPolicy
+from statemachine.domain.policy import RetryPolicy
+from statemachine.domain.rules import failure_in_restore
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Decision, Status
+from statemachine.log import ExperimentLog
 from statemachine.log.credentials import describe_url, redact_uri
 from statemachine.log.records import storable_name
 from statemachine.tune import checkpoints, errorfile, seam, secret_url
@@ -60,8 +61,8 @@ from statemachine.tune import ray_surface as surface
 from statemachine.tune.callback_arguments import check_busy_timeout, check_policy, checked_url
 from statemachine.tune.compat import check_ray
 from statemachine.tune.log_sync import LogSync
+from statemachine.tune.ray_errors import classify_ray
 from statemachine.tune.reconcile import (
-    LIVE,
     RAY_ERROR,
     RAY_PAUSED,
     RAY_PENDING,
@@ -71,7 +72,12 @@ from statemachine.tune.reconcile import (
     reconcile,
 )
 from statemachine.tune.recorder import Recorder
-from statemachine.tune.store_url import log_sync_for, resolve_url, warn_if_network_filesystem
+from statemachine.tune.store_url import (
+    default_db_path,
+    log_sync_for,
+    resolve_url,
+    warn_if_network_filesystem,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +178,6 @@ class EventLogCallback(Callback):
         self._avoiding: dict[str, float] = {}
         self._avoid_checked = 0.0
         self._selector_problem: str | None = None
-        self._summary: dict[str, int] | None = None
         self._log_sync: LogSync | None = None
         # the Ray Trial object recorded behind each id (a new object: maybe a new trial)
         self._objects: dict[str, int] = {}
@@ -254,8 +259,6 @@ class EventLogCallback(Callback):
             options["busy_timeout_ms"] = int(self.busy_timeout_ms)
 
         def open_log() -> Any:
-            from statemachine.log import ExperimentLog
-
             if sync is not None:
                 sync.prepare()  # the newest log from storage, before the counters are read
             return ExperimentLog.open(url, experiment, policy, storage_path=storage_path,
@@ -339,10 +342,9 @@ class EventLogCallback(Callback):
         if exc is None:
             exc = RuntimeError("Ray reported a failure without an exception")
         phase = Status.RESTORING if restoring else Status.RUNNING
-        if (policy.restore_phase is RestorePhase.UNTIL_FIRST_REPORT and before is not None
-                and before.status is Status.RUNNING and before.unconfirmed_restore is not None):
+        if before is not None and failure_in_restore(before, policy):
             phase = Status.RESTORING  # before the attempt's first result: still its restore
-        error = classify(exc, phase, policy.fatal_exception_types)
+        error = classify_ray(exc, phase, policy.fatal_exception_types)
         node = surface.failure_node(trial, exc, self._started.pop(surface.trial_id(trial), None))
         record = self._record(trial, TrialFailed(error=error, node=node))
         self._failures_recorded.add(surface.trial_id(trial))
@@ -507,7 +509,7 @@ class EventLogCallback(Callback):
         if state is None:
             return
         trial_id = surface.trial_id(trial)
-        if new == RAY_TERMINATED and state.status in LIVE:
+        if new == RAY_TERMINATED and state.status.is_live:
             # Ray pauses a trial by stopping it (TERMINATED) and then setting PAUSED: decide
             # at the step's end.
             self._maybe_stopped[trial_id] = trial
@@ -530,7 +532,7 @@ class EventLogCallback(Callback):
             self._maybe_stopped.pop(trial_id, None)
             state = self._state(trial)
             if (surface.status(trial) == RAY_TERMINATED and state is not None
-                    and state.status in LIVE):
+                    and state.status.is_live):
                 self._record(trial, TrialStopped(reason="stopped by Tune"))
 
     # ------------------------------------------------------------------ after Tuner.restore
@@ -704,7 +706,7 @@ class EventLogCallback(Callback):
                           **info: Any) -> None:
         """The trial finished (RUNNING) or was stopped before it could (otherwise)."""
         state = self._track(trial)
-        if state is None or state.status not in LIVE:
+        if state is None or not state.status.is_live:
             return
         if state.status is Status.RUNNING:
             self._record(trial, TrialCompleted())
@@ -729,7 +731,7 @@ class EventLogCallback(Callback):
             if state is not None and state.status.value != ray_status:
                 logger.warning("statemachine: trial %s ends %s in Ray but %s in the log",
                                trial_id, ray_status, state.status)
-        self._summary = summary = self.summary()
+        summary = self.summary()
         where = ""
         if recorder.unwritten or recorder.rejected:
             target = self._unwritten_path(trials)
@@ -799,8 +801,6 @@ class EventLogCallback(Callback):
     def _unwritten_path(self, trials: list[Any]) -> Path:
         folder = Path.cwd()
         if trials:
-            from statemachine.tune.store_url import default_db_path
-
             folder = default_db_path(trials[0]).parent
         return folder / f"statemachine-unwritten-{os.getpid()}.jsonl"
 

@@ -2,9 +2,17 @@
 
 Ray's ``Trial.handle_error`` appends ``Failure # N (occurred at T)`` and the error text for
 every kind of failure. Right after it, the seam replaces that header with one that says what
-happened: ``Restore failure # N (retry k of R)`` for a restore failure that did not count
-against ``max_failures``, and ``Failure # N`` (with the failure kind and the decision) for
-everything else, N being the trial's failure count as our fold computed it.
+happened, numbered as ``trial-replay explain`` numbers it: the counters that the rule which
+fired incremented (:meth:`TransitionRecord.numbers`), each under its own name.
+
+- ``Restore failure # N (retry k of R) (occurred at T)``: a restore retry (``N`` the trial's
+  restore failures so far, ``k`` the retry of this restore); ``... (retry k of R refused:
+  failures already exceed max_failures) ... [RestoreError; decision GIVE_UP]`` when the
+  trial was already past ``max_failures``;
+- ``Failure # N (occurred at T) [RestoreError: restore failure # M, restore retries spent
+  (R of R); decision D]``: a restore failure past its retries, counted as failure ``N``;
+- ``Preemption # P (occurred at T) [ActorError, not counted as a failure; decision D]``;
+- ``Failure # N (occurred at T) [Kind; decision D]``: every other counted failure.
 """
 
 from __future__ import annotations
@@ -22,19 +30,25 @@ _RAY_HEADER = re.compile(r"^Failure # -?\d+ \(occurred at (?P<when>[^)]*)\)$")
 
 def header_for(record: TransitionRecord, policy: RetryPolicy, when: str) -> str:
     """The header line for the failure ``record`` describes (without a newline)."""
-    counters = record.counters
-    kind = type(record.error).__name__ if record.error is not None else "TrialError"
+    numbers = record.numbers()
+    kind = record.error.kind if record.error is not None else "TrialError"
     decision = record.decision.value if record.decision else "none"
-    if record.decision is Decision.RETRY_RESTORE:
-        return (
-            f"Restore failure # {counters.total_restore_failures} "
-            f"(retry {counters.restore_failures} of {policy.restore_retry_num}) "
-            f"(occurred at {when})"
-        )
-    detail = f"{kind}; decision {decision}"
-    if kind == "RestoreError":
-        detail = f"{kind} after {policy.restore_retry_num} restore retries; decision {decision}"
-    return f"Failure # {counters.failures} (occurred at {when}) [{detail}]"
+    occurred = f"(occurred at {when})"
+    retries = policy.restore_retry_num
+    if numbers.retry is not None:
+        retry = f"retry {numbers.retry} of {retries}"
+        if record.decision is Decision.RETRY_RESTORE:
+            return f"Restore failure # {numbers.restore_failure} ({retry}) {occurred}"
+        return (f"Restore failure # {numbers.restore_failure} ({retry} refused: failures "
+                f"already exceed max_failures) {occurred} [{kind}; decision {decision}]")
+    if numbers.preemption is not None:
+        return (f"Preemption # {numbers.preemption} {occurred} [{kind}, not counted as a "
+                f"failure; decision {decision}]")
+    detail = kind
+    if numbers.restore_failure is not None:
+        detail = (f"{kind}: restore failure # {numbers.restore_failure}, restore retries spent "
+                  f"({retries} of {retries})")
+    return f"Failure # {numbers.failure} {occurred} [{detail}; decision {decision}]"
 
 
 def rewrite_last_header(path: str | os.PathLike[str], record: TransitionRecord,

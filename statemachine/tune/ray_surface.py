@@ -76,7 +76,7 @@ failure); read in Ray 2.60, and guarded so an older Ray only gets ``None``/"unsu
 Outside this module Ray is used only through public names: ``ray.tune.Callback`` (base of
 :class:`~statemachine.tune.EventLogCallback`), ``ray.__version__`` (:mod:`.compat`), and
 ``ray.exceptions.RayTaskError``/``RayActorError`` (``.cause``, ``.preempted``,
-``.traceback_str``) in :func:`statemachine.domain.classify`, which imports them lazily.
+``.traceback_str``) in :mod:`statemachine.tune.ray_errors`.
 """
 
 from __future__ import annotations

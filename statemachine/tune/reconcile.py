@@ -52,6 +52,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from statemachine.domain.compiled import apply_compiled
 from statemachine.domain.events import (
     CountersAdopted,
     Event,
@@ -61,7 +62,6 @@ from statemachine.domain.events import (
     TrialResumed,
     TrialStopped,
 )
-from statemachine.domain.machine import apply
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Status
 from statemachine.exceptions import InvalidTransitionError
@@ -71,9 +71,6 @@ RAY_PENDING, RAY_RUNNING, RAY_PAUSED, RAY_TERMINATED, RAY_ERROR = (
     "PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR",
 )
 RAY_STATUSES = (RAY_PENDING, RAY_RUNNING, RAY_PAUSED, RAY_TERMINATED, RAY_ERROR)
-
-#: Log statuses of a trial that has not ended.
-LIVE = frozenset({Status.PENDING, Status.RUNNING, Status.PAUSED, Status.RESTORING})
 
 #: The reason ``TrialStopped`` gives for a live trial that ``Tuner.restore`` did not resume.
 NOT_RESUMED = "not resumed by Tuner.restore"
@@ -130,7 +127,7 @@ def requeue_event(log_status: Status, ray_status: str) -> Event | None:
             return TrialResumed()
     if log_status.is_terminal and ray_status in (RAY_PENDING, RAY_PAUSED):
         return TrialReset(from_scratch=False)
-    if log_status in LIVE and ray_status == RAY_TERMINATED:
+    if log_status.is_live and ray_status == RAY_TERMINATED:
         return TrialStopped(reason=NOT_RESUMED)
     return None
 
@@ -147,7 +144,7 @@ def end_event(log_status: Status, ray_status: str) -> Event | None:
     unfinished trials PENDING (or PAUSED) for ``Tuner.restore``. A trial ERROR in Ray only
     has no event (its failure is Ray's; reported by the callback).
     """
-    if log_status in LIVE and ray_status == RAY_TERMINATED:
+    if log_status.is_live and ray_status == RAY_TERMINATED:
         return TrialStopped(reason=ENDED_WITH_EXPERIMENT)
     if log_status is Status.RUNNING and ray_status == RAY_PAUSED:
         return TrialPaused()
@@ -180,7 +177,7 @@ def reconcile(state: TrialState, ray_status: str, ray_num_failures: int,
     if event is not None:
         after = state.copy()
         try:
-            apply(after, event)
+            apply_compiled(after, event)
         except InvalidTransitionError:  # the recorder refuses it too: budgets as they were
             after = state
     spent = after.restore_failures
@@ -194,7 +191,7 @@ def reconcile(state: TrialState, ray_status: str, ray_num_failures: int,
                                   source=ADOPTED_FROM)
     return Reconciliation(
         event=event,
-        error_in_ray_only=state.status in LIVE and ray_status == RAY_ERROR,
+        error_in_ray_only=state.status.is_live and ray_status == RAY_ERROR,
         failures=failures,
         restore_failures=restore_failures,
         adopted=adopted,

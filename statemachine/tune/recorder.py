@@ -1,8 +1,10 @@
 """Record trial events without ever blocking a decision on the store, and never lose one.
 
-Every event is folded at once through the domain machine into a shadow state (the same
-``apply`` the log uses), so the decision Ray must follow is known even while the store is
-down. The events then go to the :class:`~statemachine.log.ExperimentLog` in per-trial order:
+Every event is folded at once into a shadow state (the one live fold the log uses,
+:func:`~statemachine.domain.compiled.fold_for_session`), so the decision Ray must follow is
+known even while the store is down. The events then go to the
+:class:`~statemachine.log.ExperimentLog` in per-trial order, with that fold
+(:meth:`~statemachine.log.ExperimentLog.append_folded`: the log does not fold them again):
 a failing write is retried a few times, then left queued and retried later (after a short
 cool-down, at every step end and at the end of the experiment). Whatever is still unwritten
 at the end is reported with ``logger.error`` and saved to a JSON-lines file; nothing is
@@ -33,17 +35,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from statemachine.domain.compiled import fold_for_session
 from statemachine.domain.events import Event, encode_event, with_policy
-from statemachine.domain.machine import TransitionRecord, apply
+from statemachine.domain.machine import TransitionRecord
 from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.state import TrialState
 from statemachine.exceptions import (
     ConfigurationError,
+    FencedError,
     InvalidTransitionError,
     LogCopyRefusedError,
     LogFileLostError,
     UnstorableValueError,
 )
+from statemachine.log.experiment_log import Prefolded
 from statemachine.log.records import new_event_id
 
 logger = logging.getLogger(__name__)
@@ -51,11 +56,24 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class PendingEvent:
-    """An event folded into the shadow state but not yet written to the log."""
+    """An event folded into the shadow state but not yet written to the log.
+
+    ``seq``, ``record``, ``before`` and ``after`` are that fold (see
+    :class:`~statemachine.log.experiment_log.Prefolded`), so the log need not fold it again.
+    """
 
     trial_id: str
     event: Event
     event_id: str
+    seq: int = -1
+    record: TransitionRecord | None = None
+    before: TrialState | None = None
+    after: TrialState | None = None
+
+    def prefolded(self) -> Prefolded:
+        """What :meth:`~statemachine.log.ExperimentLog.append_folded` takes."""
+        return Prefolded(self.trial_id, self.event, self.event_id, self.seq, self.record,
+                         self.before, self.after)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form saved when it could not be written at all."""
@@ -197,28 +215,34 @@ class Recorder:
         Returns what the event did (the decision Ray must follow), or ``None`` when the fold
         refused it (reported and counted in :attr:`rejected`).
         """
-        shadow = self.states.get(trial_id) or TrialState(trial_id)
-        events = with_policy(event, shadow.policy, self.policy)
-        new = shadow.copy()
+        shadow = self.states.get(trial_id)
+        new = shadow.copy() if shadow is not None else TrialState(trial_id)
         try:
-            records = [apply(new, e) for e in events]
+            recorded = fold_for_session(new, event, self.policy)
         except InvalidTransitionError as exc:
             self.rejected += 1
+            # saved as the log would have written it (a PolicySet first, if one was due)
+            events = with_policy(event, (shadow or new).policy, self.policy)
             self.rejected_events.extend((PendingEvent(trial_id, e, new_event_id()),
                                          f"refused by the state machine: {exc}")
                                         for e in events)
             logger.error("statemachine: event not recorded, the fold refuses it: %s", exc)
             return None
         self.states[trial_id] = new
-        for e in events:
-            self._queue.append(PendingEvent(trial_id, e, new_event_id()))
-        if self.background and all(r.decision is None for r in records):
+        # The log appends each event as folded here when it holds the very state it came from.
+        before = shadow
+        for each, seq, record, after in recorded:
+            after = after or new
+            self._queue.append(PendingEvent(trial_id, each, new_event_id(), seq, record, before,
+                                            after))
+            before = after
+        if self.background and all(r.decision is None for _, _, r, _ in recorded):
             self._start_writer()
             self._wake.set()
         else:
             with self._io:  # a decision: durable, after everything before it, before Ray acts
                 self._flush(False)
-        return records[-1]
+        return recorded[-1][2]
 
     def _start_writer(self) -> None:
         if self._writer is None and not self._stopping:
@@ -305,9 +329,7 @@ class Recorder:
         a no-op), so the caller writes it again one event at a time.
         """
         try:
-            self.log.record_many(
-                [(p.trial_id, p.event) for p in batch], event_ids=[p.event_id for p in batch]
-            )
+            self.log.append_folded([p.prefolded() for p in batch])
         except LogFileLostError as exc:
             self._file_lost(exc)
             return False
@@ -319,13 +341,10 @@ class Recorder:
         return True
 
     def _write(self, pending: PendingEvent) -> bool:
-        from statemachine import exceptions
-
-        fenced_error = getattr(exceptions, "FencedError", ())
         delay = self.backoff_s
         for attempt in range(1, self.attempts + 1):
             try:
-                self.log.record(pending.trial_id, pending.event, event_id=pending.event_id)
+                self.log.append_folded([pending.prefolded()])
             except LogFileLostError as exc:
                 self._file_lost(exc)
                 return False
@@ -338,7 +357,7 @@ class Recorder:
                 return True
             except Exception as exc:  # retried, then queued and reported
                 self.write_failures += 1
-                if fenced_error and isinstance(exc, fenced_error):
+                if isinstance(exc, FencedError):
                     self.fenced = True
                     logger.error(
                         "statemachine: a newer driver took over this experiment's event log; "

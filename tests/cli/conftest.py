@@ -42,9 +42,9 @@ def folder_state(folder: Path) -> dict[str, str]:
 def copy_fixture(target: Path) -> Path:
     """A private copy of the fixture log whose snapshots are tagged for the running code.
 
-    A snapshot is trusted only by the fold that wrote it (its tag fingerprints the fold's
-    code), so any change to the domain code would make the committed fixture's snapshots
-    untrusted and ``verify`` would check none. The copy's tags are set to the running code:
+    A snapshot is trusted only by the machine revision that wrote it (its tag), so a new
+    revision makes the committed fixture's snapshots untrusted and ``verify`` would check
+    none. The copy's tags are set to the running code's revision:
     ``verify`` (and its golden file) still compares every snapshot with the fold, so a fold
     that changed what it computes fails there, and then the fixture is regenerated.
     """

@@ -210,7 +210,7 @@ def test_restore_of_a_trial_past_max_failures_is_a_refused_retry() -> None:
     explanation = explain_trial("t", [(None, e) for e in events])
     last = explanation.steps[-1]
     assert last.decision == "GIVE_UP"
-    assert "retry refused: failures already exceed max_failures" in last.text
+    assert "(retry 1 of 3 refused: failures already exceed max_failures)" in last.text
     assert ("the restore retry was refused because failures (2) already exceed "
             "max_failures 1") in last.text
     assert "restore retries spent" not in last.text

@@ -160,8 +160,10 @@ def test_a_preemption_in_rays_words() -> None:
     lost = died("Task failed because the node it was running on is dead or unavailable. "
                 "This can happen if the node was preempted, had a hardware failure, or its "
                 "raylet crashed unexpectedly.", NodeDeathInfo.UNEXPECTED_TERMINATION)
+    from statemachine.tune.ray_errors import classify_ray
+
     for exc in (preempted, lost):
-        live, read = classify(exc, Status.RUNNING), classify_text(str(exc))
+        live, read = classify_ray(exc, Status.RUNNING), classify_text(str(exc))
         assert isinstance(live, ActorError) and isinstance(read, ActorError)
         assert (read.cause_type, read.preempted) == (live.cause_type, live.preempted)
     assert classify_text(str(preempted)).preempted and not classify_text(str(lost)).preempted

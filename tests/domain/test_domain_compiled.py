@@ -9,7 +9,13 @@ from domain_strategies import PROPERTY, any_event, event_step, policies
 from hypothesis import given
 from hypothesis import strategies as st
 
-from statemachine.domain.compiled import TABLE, apply_compiled, compile_machine, fold_compiled
+from statemachine.domain.compiled import (
+    _EventData,
+    _fire,
+    apply_compiled,
+    compile_machine,
+    fold_compiled,
+)
 from statemachine.domain.events import (
     CheckpointSaved,
     Event,
@@ -17,36 +23,79 @@ from statemachine.domain.events import (
     TrialCompleted,
     TrialStarted,
 )
-from statemachine.domain.machine import MACHINE, TransitionRecord, apply, build_machine, fold
+from statemachine.domain.machine import (
+    TransitionRecord,
+    TrialMachine,
+    apply,
+    build_machine,
+    fold,
+)
 from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Status
 from statemachine.exceptions import InvalidTransitionError
 
 
-def test_table_covers_every_transition_of_the_machine() -> None:
-    expected = sum(
-        len(transitions)
-        for event in MACHINE.events.values()
-        for transitions in event.transitions.values()
-    )
-    assert sum(len(branches) for branches in TABLE.values()) == expected
-    assert {trigger for trigger, _ in TABLE} == set(MACHINE.events)
+def _guard(name: str, holds: bool):  # type: ignore[no-untyped-def]
+    def guard(ed) -> bool:  # type: ignore[no-untyped-def]
+        return holds
+
+    guard.__name__ = name
+    return guard
+
+
+def _effect(name: str):  # type: ignore[no-untyped-def]
+    def effect(ed) -> None:  # type: ignore[no-untyped-def]
+        ed.model.checkpoints = (*ed.model.checkpoints, name)
+
+    effect.__name__ = effect.__qualname__ = name
+    return effect
+
+
+def test_the_compiled_table_is_the_machines_transitions_in_order() -> None:
+    # A small machine written out here, so the expected table does not come from what is
+    # compiled: every source gets its own entry, branches keep the machine's order, an
+    # ``unless`` is a guard that must be false, and each branch carries its rule.
+    yes, no = _guard("yes", True), _guard("no", False)
+    first, second = _effect("first"), _effect("second")
+    machine = TrialMachine(
+        model=None, states=Status, initial=Status.NEW, auto_transitions=False,
+        send_event=True, model_attribute="status", transitions=[
+            dict(trigger="go", rule="a", source=[Status.NEW, Status.PENDING],
+                 dest=Status.RUNNING, conditions=[no], before=[first]),
+            dict(trigger="go", rule="b", source=Status.PENDING, dest=None, unless=[yes],
+                 before=[second, first]),
+            dict(trigger="go", rule="c", source=Status.PENDING, dest=Status.ERROR),
+            dict(trigger="stop", rule="d", source=Status.RUNNING, dest=Status.TERMINATED,
+                 conditions=[yes, no]),
+        ])  # fmt: skip
+    table = compile_machine(machine)
+    assert shape(table) == {
+        ("go", Status.NEW): [([("no", True)], ["first"], Status.RUNNING, ("a", ("no",)))],
+        ("go", Status.PENDING): [
+            ([("no", True)], ["first"], Status.RUNNING, ("a", ("no",))),
+            ([("yes", False)], ["second", "first"], None, ("b", ("not yes",))),
+            ([], [], Status.ERROR, ("c", ())),
+        ],
+        ("stop", Status.RUNNING): [
+            ([("yes", True), ("no", True)], [], Status.TERMINATED, ("d", ("yes", "no"))),
+        ],
+    }
+    # ... and folds through it as the machine does: the first branch whose guards hold.
+    state = TrialState("t", status=Status.PENDING)
+    ed = _EventData(state, {})
+    assert _fire(table[("go", Status.PENDING)], ed, state).name == "c"  # type: ignore[union-attr]
+    assert state.status is Status.ERROR and state.seq == 1
+    assert _fire(table[("stop", Status.RUNNING)], ed, state) is None
 
 
 def shape(table):  # type: ignore[no-untyped-def]
-    """The table with callables replaced by their names (closures differ per build)."""
+    """The table with callables replaced by their names, rules by (name, guards)."""
     return {
         key: [([(f.__name__, target) for f, target in guards], [f.__name__ for f in effects],
-               dest) for guards, effects, dest in branches]
+               dest, (str(rule.name), rule.guards)) for guards, effects, dest, rule in branches]
         for key, branches in table.items()
     }
-
-
-def test_compiling_a_fresh_machine_gives_the_same_table() -> None:
-    assert shape(compile_machine(build_machine())) == shape(TABLE)
-    restoring = [dest for _, _, dest in TABLE[("fail", Status.RESTORING)]]
-    assert restoring[0] is Status.ERROR and restoring[-1] is Status.ERROR
 
 
 def test_machine_wide_callbacks_are_refused() -> None:

@@ -534,3 +534,32 @@ def test_fold_is_deterministic_and_resumable(
     for before, record in zip([None, *records], records, strict=False):
         if before is not None:
             assert record.status_before is before.status_after
+
+
+@PROPERTY
+@given(histories())
+def test_the_rule_of_a_record_names_the_counters_it_incremented(
+    history: tuple[RetryPolicy, list[Event]],
+) -> None:
+    # What a record's rule says it counted (its budgets, read from the Machine's effects)
+    # is exactly what went up: the one numbering of failures (Rule.numbers) reads them.
+    p, events = history
+    state = TrialState("t1")
+    for event in events:
+        before = state.counters
+        record = apply(state, event, p)
+        assert record.rule is not None and record.rule.name in {
+            str(t.rule.name) for ts in MACHINE.events[event.trigger].transitions.values()
+            for t in ts}
+        went_up = {name for name, old, new in zip(Counters._fields, before, record.counters,
+                                                  strict=True) if new > old}
+        counted = set(record.rule.counts)
+        numbers = record.numbers()
+        assert (numbers.failure is not None) is ("failures" in counted)
+        if not isinstance(event, TrialFailed):  # (CountersAdopted sets counters: no failure)
+            assert not counted and numbers == (None, None, None, None)
+            continue
+        assert record.decision is not None and counted <= went_up
+        # A failure of the user's own restore reopens the episode Ray had closed: its
+        # counter comes back without being counted again (restore_fatal).
+        assert went_up - counted <= ({"restore_failures"} if record.rule.user_restore else set())

@@ -28,7 +28,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from statemachine.domain.classify import classify
 from statemachine.domain.events import (
     CheckpointSaved,
     FirstResult,
@@ -43,6 +42,7 @@ from statemachine.domain.machine import apply
 from statemachine.domain.policy import COUNT_PREEMPTION_ENV, RESTORE_RETRY_ENV, RetryPolicy
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Decision, Status
+from statemachine.tune.ray_errors import classify_ray as classify
 
 pytestmark = pytest.mark.ray
 

@@ -3,8 +3,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from domain_strategies import actor_error, restore_error, training_error
+from domain_strategies import (
+    PROPERTY,
+    actor_error,
+    event_step,
+    failures,
+    policies,
+    restore_error,
+    training_error,
+)
+from hypothesis import given
+from hypothesis import strategies as st
 
 from statemachine.domain.events import (
     CheckpointSaved,
@@ -19,11 +31,12 @@ from statemachine.domain.events import (
     decode_event,
     encode_event,
 )
+from statemachine.domain.failures import RestoreError
 from statemachine.domain.machine import apply, fold
 from statemachine.domain.policy import ExhaustionAction, RestorePhase, RetryPolicy
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Decision, Status
-from statemachine.exceptions import EventDecodeError, PolicyError
+from statemachine.exceptions import EventDecodeError, InvalidTransitionError, PolicyError
 
 FIRST_REPORT = RestorePhase.UNTIL_FIRST_REPORT
 
@@ -219,3 +232,27 @@ def test_avoid_failed_nodes_excludes_the_node_of_a_failed_user_restore() -> None
     state = _restarted(_policy())
     apply(state, TrialFailed(Restore("builtins.OSError", "load failed"), node=node))
     assert state.excluded_nodes == ()
+
+
+@PROPERTY
+@given(st.data(), policies, failures())
+def test_the_guard_is_the_rules_predicates(
+    data: st.DataObject, policy: RetryPolicy, error: Any
+) -> None:
+    # user_restore_failure inlines rules.restore_unconfirmed and rules.failure_in_restore
+    # (the Ray adapter's phase rule) for speed: it says what they say, in every state.
+    from statemachine.domain.compiled import _EventData
+    from statemachine.domain.guards import user_restore_failure
+    from statemachine.domain.rules import failure_in_restore, restore_unconfirmed
+
+    state = TrialState("t")
+    for _ in range(data.draw(st.integers(0, 25))):
+        try:
+            apply(state, event_step(data, state.status), policy)
+        except InvalidTransitionError:
+            continue
+        if state.status is not Status.RUNNING:
+            continue
+        ed = _EventData(state, {"event": TrialFailed(error), "policy": policy})
+        assert user_restore_failure(ed) == (restore_unconfirmed(state) and (
+            isinstance(error, RestoreError) or failure_in_restore(state, policy)))

@@ -16,8 +16,8 @@ from statemachine import (
     TrialFailed,
     TrialStarted,
 )
-from statemachine.domain.events import Event
 from statemachine.log import EventStore, ExperimentLog
+from statemachine.log.experiment_log import Prefolded
 from statemachine.tune.recorder import Recorder
 
 
@@ -30,14 +30,10 @@ class HeldLog:
         self.transactions: list[int] = []
         """The size of every group write (one transaction each)."""
 
-    def record(self, trial_id: str, event: Event, *, event_id: str | None = None) -> Any:
+    def append_folded(self, items: list[Prefolded]) -> Any:
         self._gate.wait(timeout=10)
-        return self._log.record(trial_id, event, event_id=event_id)
-
-    def record_many(self, items: Any, *, event_ids: Any = None) -> Any:
-        self._gate.wait(timeout=10)
-        self.transactions.append(len(items := list(items)))
-        return self._log.record_many(items, event_ids=event_ids)
+        self.transactions.append(len(items))
+        return self._log.append_folded(items)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._log, name)

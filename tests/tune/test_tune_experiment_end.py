@@ -26,8 +26,13 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 
 def run(tmp_path: Path, *, fail_fast: bool | str = False, stop: Any = None,
-        time_budget_s: float | None = None, fail_first: bool = False) -> tuple[Any, Path]:
-    """Four trials on 2 CPUs (two wait their turn); the first fails at once if asked."""
+        time_budget_s: float | None = None, fail_first: bool = False,
+        ) -> tuple[Any, Path, BaseException | None]:
+    """Four trials on 2 CPUs (two wait their turn); the first fails at once if asked.
+
+    Returns the callback, Ray's final statuses (a file) and what ``Tuner.fit()`` raised
+    (only ``fail_fast="raise"`` may raise).
+    """
     from ray import tune
 
     from statemachine.tune import EventLogCallback, FailureConfig, RunConfig
@@ -43,14 +48,16 @@ def run(tmp_path: Path, *, fail_fast: bool | str = False, stop: Any = None,
                              callbacks=[callback, Witness(str(witness))], verbose=0,
                              failure_config=FailureConfig(fail_fast=fail_fast)),
     )
+    raised: BaseException | None = None
     try:
         tuner.fit()
-    except Exception:
+    except Exception as exc:
         if fail_fast != "raise":
             raise
+        raised = exc
     assert callback.summary()["hook_errors"] == 0
     assert callback.events_rejected == 0
-    return callback, witness
+    return callback, witness, raised
 
 
 def assert_log_agrees(tmp_path: Path, witness: Path) -> dict[str, str]:
@@ -67,9 +74,13 @@ def assert_log_agrees(tmp_path: Path, witness: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize("fail_fast", [True, "raise"])
 def test_fail_fast(ray_cluster: None, tmp_path: Path, fail_fast: bool | str) -> None:
-    _, witness = run(tmp_path, fail_fast=fail_fast, fail_first=True)
+    _, witness, raised = run(tmp_path, fail_fast=fail_fast, fail_first=True)
     statuses = assert_log_agrees(tmp_path, witness)
-    assert "TERMINATED" in statuses.values() or fail_fast == "raise"
+    if fail_fast == "raise":  # the trial's error reaches the caller of Tuner.fit()
+        assert raised is not None and "this trial fails at once" in str(raised)
+    else:  # the failed trial is ERROR, fail_fast stopped the others
+        assert raised is None
+        assert {"ERROR", "TERMINATED"} <= set(statuses.values())
 
 
 def test_a_stopper_ends_the_experiment(ray_cluster: None, tmp_path: Path) -> None:
@@ -86,13 +97,13 @@ def test_a_stopper_ends_the_experiment(ray_cluster: None, tmp_path: Path) -> Non
         def stop_all(self) -> bool:
             return self.seen
 
-    _, witness = run(tmp_path, stop=StopAtFirstResult())
+    _, witness, _ = run(tmp_path, stop=StopAtFirstResult())
     statuses = assert_log_agrees(tmp_path, witness)
     assert set(statuses.values()) == {"TERMINATED"}
 
 
 def test_a_time_budget_ends_the_experiment(ray_cluster: None, tmp_path: Path) -> None:
-    _, witness = run(tmp_path, time_budget_s=4.0)
+    _, witness, _ = run(tmp_path, time_budget_s=4.0)
     statuses = assert_log_agrees(tmp_path, witness)
     assert set(statuses.values()) == {"TERMINATED"}
 

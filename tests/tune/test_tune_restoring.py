@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from statemachine.domain.classify import classify
 from statemachine.domain.failures import RestoreError, TrainingError
 from statemachine.domain.status import Status
 from statemachine.tune import restoring
+from statemachine.tune.ray_errors import classify_ray as classify
 
 pytestmark = pytest.mark.ray
 

@@ -8,6 +8,7 @@ machine (a preempted node) or needs exact control of (the checkpoint a restored 
 from __future__ import annotations
 
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -95,8 +96,11 @@ def test_preemption_budget_overrides_ray(ray_cluster: None, tmp_path: Path) -> N
     (state,) = replay(url, "preempt").values()
     assert (state.status, state.failures, state.preemptions) == (Status.ERROR, 0, 2)
     text = Path(trial.error_file).read_text()
-    assert "[ActorError; decision RECOVER_PREEMPTED]" in text
-    assert "[ActorError; decision GIVE_UP]" in text
+    # numbered as explain numbers them: uncounted preemptions, not failures (still 0)
+    assert re.search(r"^Preemption # 1 \(occurred at [^)]*\) \[ActorError, not counted as a "
+                     r"failure; decision RECOVER_PREEMPTED\]$", text, re.M)
+    assert re.search(r"^Preemption # 2 \(occurred at [^)]*\) \[ActorError, not counted as a "
+                     r"failure; decision GIVE_UP\]$", text, re.M)
 
 
 def test_restore_counter_comes_back_only_for_the_same_checkpoint(

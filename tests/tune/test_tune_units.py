@@ -10,11 +10,17 @@ from pathlib import Path
 
 import pytest
 
+from statemachine.domain.compiled import apply_compiled as apply
+from statemachine.domain.events import (
+    CheckpointSaved,
+    PolicySet,
+    TrialAdded,
+    TrialFailed,
+    TrialStarted,
+)
 from statemachine.domain.failures import RestoreError, TrainingError
-from statemachine.domain.machine import TransitionRecord
+from statemachine.domain.machine import fold
 from statemachine.domain.policy import RetryPolicy
-from statemachine.domain.state import Counters
-from statemachine.domain.status import Decision, Status
 from statemachine.tune.checkpoints import refusal
 from statemachine.tune.compat import UnsupportedRayError, check_version, parse_version
 from statemachine.tune.errorfile import rewrite_last_header
@@ -35,23 +41,21 @@ def test_unsupported_ray_versions_are_refused_with_the_fix(version: str) -> None
         assert "pip install" in message and "2.60" in message
 
 
-def record(decision: Decision, error: object, counters: Counters) -> TransitionRecord:
-    return TransitionRecord("t1", "TrialFailed", Status.RESTORING, Status.PENDING, decision,
-                            counters, error)  # type: ignore[arg-type]
-
-
 def test_error_file_tells_restore_retries_from_failures(tmp_path: Path) -> None:
+    policy = RetryPolicy(max_failures=2, restore_retry_num=2)
+    state, _ = fold("t1", [PolicySet(policy), TrialAdded(), TrialStarted(),
+                           CheckpointSaved("c1")])
+    recover = apply(state, TrialFailed(TrainingError("builtins.ValueError", "boom")))
+    apply(state, TrialStarted())
+    retry = apply(state, TrialFailed(RestoreError("builtins.OSError", "gone")))
     file = tmp_path / "error.txt"
     ray_text = "Failure # 1 (occurred at 2026-01-01_10-00-00)\nValueError: boom\n"
     file.write_text(ray_text)
-    policy = RetryPolicy(max_failures=2, restore_retry_num=2)
-    assert rewrite_last_header(file, record(Decision.RECOVER, TrainingError("builtins.ValueError",
-                               "boom"), Counters(1, 0, 0, 0)), policy)
+    assert rewrite_last_header(file, recover, policy)
     # Ray appends its next failure (its own count), the seam rewrites only that header.
     with file.open("a") as out:
         out.write("Failure # 2 (occurred at 2026-01-01_10-00-05)\nOSError: gone\n")
-    assert rewrite_last_header(file, record(Decision.RETRY_RESTORE, RestoreError(
-        "builtins.OSError", "gone"), Counters(1, 1, 1, 0)), policy)
+    assert rewrite_last_header(file, retry, policy)
     lines = file.read_text().splitlines()
     assert lines == [
         "Failure # 1 (occurred at 2026-01-01_10-00-00) [TrainingError; decision RECOVER]",
@@ -59,8 +63,7 @@ def test_error_file_tells_restore_retries_from_failures(tmp_path: Path) -> None:
         "Restore failure # 1 (retry 1 of 2) (occurred at 2026-01-01_10-00-05)",
         "OSError: gone",
     ]
-    assert not rewrite_last_header(tmp_path / "missing.txt", record(
-        Decision.RECOVER, None, Counters(1, 0, 0, 0)), policy)
+    assert not rewrite_last_header(tmp_path / "missing.txt", recover, policy)
 
 
 def test_checkpoint_deletion_refuses_paths_outside_the_trial(tmp_path: Path) -> None:

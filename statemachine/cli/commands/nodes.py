@@ -12,7 +12,8 @@ from statemachine.cli.node_hosts import Host, group_by_host
 from statemachine.cli.output import Column, Output, json_option, wide_option
 from statemachine.cli.reading import decode_trial, group_by_trial, require_experiment
 from statemachine.cli.schema import node_row
-from statemachine.domain.nodes import short_node_id, tally_nodes
+from statemachine.domain.node_tally import tally_nodes
+from statemachine.domain.nodes import short_node_id
 
 
 @click.command("nodes")

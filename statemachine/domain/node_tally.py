@@ -1,0 +1,109 @@
+"""Which node ate my restores? A per-node tally of what a log's events say happened there.
+
+:func:`tally_nodes` folds each trial's events (to tell a start that restores from one that
+starts from scratch) and counts, per node, attempts and failures by kind, worst node first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from statemachine.domain.compiled import apply_compiled
+from statemachine.domain.events import TrialFailed, TrialStarted
+from statemachine.domain.failures import AbortError, ActorError, RestoreError
+from statemachine.domain.nodes import NodeRef
+from statemachine.domain.state import TrialState
+from statemachine.domain.status import Status
+from statemachine.exceptions import InvalidTransitionError
+
+
+@dataclass(slots=True)
+class NodeTally:
+    """What happened on one node over an experiment (or a set of trials)."""
+
+    node: NodeRef
+    attempts: int = 0
+    """Actors started there (``TrialStarted``)."""
+    restore_attempts: int = 0
+    """Of those, attempts that restored from a checkpoint."""
+    training_failures: int = 0
+    restore_failures: int = 0
+    preemptions: int = 0
+    actor_deaths: int = 0
+    """Actors that died while training, not preempted (deaths while restoring are restore
+    failures)."""
+    other_failures: int = 0
+    """Failures that are never retried (``AbortError``)."""
+    trials: set[str] = field(default_factory=set)
+
+    @property
+    def failures(self) -> int:
+        """Every failure recorded on this node."""
+        return (self.training_failures + self.restore_failures + self.preemptions
+                + self.actor_deaths + self.other_failures)
+
+    def sort_key(self) -> tuple[int, int, int, str]:
+        """Worst first: restore failures, then all failures, then attempts."""
+        return (-self.restore_failures, -self.failures, -self.attempts, self.node.key)
+
+
+def tally_nodes(events: Iterable[tuple[str, Any]]) -> list[NodeTally]:
+    """Per node, what ``(trial_id, event)`` pairs say happened there; worst node first.
+
+    Each trial's events are folded (in the order given) to tell a start that restores from
+    a checkpoint from one that starts from scratch; a trial's events after one that does not
+    fold are not counted. Starts and failures whose node is not known are tallied under one
+    ``unknown`` node (a log written before nodes were recorded has only those). Nodes are
+    never merged on a guess: a failure that knows only an IP is its own row.
+    """
+    tallies: dict[tuple[str | None, ...], NodeTally] = {}
+    states: dict[str, TrialState] = {}
+    halted: set[str] = set()
+    for trial_id, event in events:
+        if trial_id in halted:
+            continue
+        state = states.setdefault(trial_id, TrialState(trial_id))
+        try:
+            apply_compiled(state, event)
+        except InvalidTransitionError:
+            halted.add(trial_id)
+            continue
+        if not isinstance(event, (TrialStarted, TrialFailed)):
+            continue
+        node = event.node or NodeRef()
+        tally = tallies.get(_identity(node))
+        if tally is None:
+            tally = tallies[_identity(node)] = NodeTally(node)
+        elif _detail(node) > _detail(tally.node):
+            tally.node = node  # the same node id, described more fully
+        tally.trials.add(trial_id)
+        if isinstance(event, TrialStarted):
+            tally.attempts += 1
+            tally.restore_attempts += state.status is Status.RESTORING
+            continue
+        error = event.error
+        if isinstance(error, RestoreError):
+            tally.restore_failures += 1
+        elif isinstance(error, ActorError):
+            if error.preempted:
+                tally.preemptions += 1
+            else:
+                tally.actor_deaths += 1
+        elif isinstance(error, AbortError):
+            tally.other_failures += 1
+        else:
+            tally.training_failures += 1
+    return sorted(tallies.values(), key=NodeTally.sort_key)
+
+
+def _detail(node: NodeRef) -> int:
+    return sum(value is not None for value in (node.node_id, node.node_ip, node.hostname))
+
+
+def _identity(node: NodeRef) -> tuple[str | None, ...]:
+    """Rows are per node id; a node without one is told apart by everything it has."""
+    if node.node_id:
+        return (node.node_id,)
+    return (None, node.node_ip, node.hostname)
