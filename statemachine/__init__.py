@@ -9,6 +9,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from statemachine.domain.classify import classify
+from statemachine.domain.classify_text import classify_text
 from statemachine.domain.compiled import apply_compiled, fold_compiled
 from statemachine.domain.events import (
     EVENT_TYPES,
@@ -62,12 +63,15 @@ from statemachine.exceptions import (
     ExportDivergedError,
     ExportFormatError,
     FencedError,
+    IngestError,
     InvalidTransitionError,
     LogCopyRefusedError,
     LogFileLostError,
     LogSyncError,
     NotAnEventLogError,
+    NotARayExperimentError,
     PolicyError,
+    RecordedByCallbackError,
     SchemaVersionError,
     StateMachineError,
     StoreError,
@@ -79,6 +83,7 @@ from statemachine.exceptions import (
 )
 
 if TYPE_CHECKING:
+    from statemachine.ingest import IngestResult, ingest_experiment
     from statemachine.log import (
         EventStore,
         ExperimentLog,
@@ -99,6 +104,8 @@ _LAZY = {
     "replay_experiment": "statemachine.log",
     "replay_trial": "statemachine.log",
     "verify": "statemachine.log",
+    "IngestResult": "statemachine.ingest",
+    "ingest_experiment": "statemachine.ingest",
     "EventLogCallback": "statemachine.tune",
 }
 
@@ -146,6 +153,8 @@ __all__ = [
     "ExportFormatError",
     "FencedError",
     "FirstResult",
+    "IngestError",
+    "IngestResult",
     "InvalidTransitionError",
     "LogCopyRefusedError",
     "LogFileLostError",
@@ -154,9 +163,11 @@ __all__ = [
     "NodeRef",
     "NodeTally",
     "NodesAvoided",
+    "NotARayExperimentError",
     "NotAnEventLogError",
     "PolicyError",
     "PolicySet",
+    "RecordedByCallbackError",
     "RestoreError",
     "RestorePhase",
     "RestoreSucceeded",
@@ -189,10 +200,12 @@ __all__ = [
     "apply",
     "apply_compiled",
     "classify",
+    "classify_text",
     "decode_event",
     "encode_event",
     "fold",
     "fold_compiled",
+    "ingest_experiment",
     "replay_experiment",
     "replay_trial",
     "tally_nodes",

@@ -187,3 +187,17 @@ class LogFileLostError(StoreError):
     """The SQLite file of an open event log was deleted, renamed or replaced by another
     file: what was appended since went to a file no one can open again. The message names
     the file and what happened to it."""
+
+
+class IngestError(StateMachineError):
+    """Ray's experiment folder cannot be ingested as it is (the message says why and what to
+    do); nothing was written."""
+
+
+class NotARayExperimentError(IngestError):
+    """The folder given to ``trial-replay ingest`` is not a Ray Tune experiment folder."""
+
+
+class RecordedByCallbackError(IngestError):
+    """The experiment's history was recorded by the ``EventLogCallback``: its log is complete
+    and an ingest would duplicate it; nothing was written."""

@@ -129,6 +129,7 @@ COMMANDS = (
     "commands.verify:verify",
     "commands.transfer:export",
     "commands.transfer:import_",
+    "commands.ingest:ingest",
     "commands.database:db",
     "demo:demo",
 )

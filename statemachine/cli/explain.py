@@ -107,6 +107,13 @@ class _Narrator:
             "crashed": "crashed (its session never ended)",
         }.get(end, "ended")
         kind = self.kinds.get(new)
+        if kind == "ingest":
+            self.steps.append(Step(
+                None, None, new, "Ingested", None,
+                f"Epoch {new} is a later trial-replay ingest of Ray's files: what the "
+                f"experiment did after epoch {old}, reconstructed.",
+            ))
+            return
         if kind == "fresh":
             self.steps.append(Step(
                 None, None, new, "DriverStarted", None,

@@ -263,6 +263,20 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
     return f"{count} {noun if count == 1 else plural or noun + 's'}"
 
 
+def clock_time(moment: str | None) -> str:
+    """An ISO time as ``YYYY-MM-DD HH:MM:SS.mmm`` (UTC; empty for ``None``): milliseconds
+    always shown, also for a whole second (whose ISO form has none)."""
+    if not moment:
+        return ""
+    try:
+        when = datetime.fromisoformat(moment)
+    except ValueError:
+        return moment
+    if when.tzinfo is not None:
+        when = when.astimezone(timezone.utc)
+    return when.strftime("%Y-%m-%d %H:%M:%S.%f")[:23]
+
+
 def basename(path: str | None) -> str:
     """The last component of a checkpoint path (``--wide`` and ``--json`` have it whole)."""
     if not path:

@@ -184,7 +184,7 @@ def session_ends(sessions: Iterable[SessionInfo]) -> dict[int, str]:
 
 def session_kinds(sessions: Iterable[SessionInfo]) -> dict[int, str | None]:
     """How each driver epoch began: ``fresh`` (``Tuner.fit()``), ``restore``
-    (``Tuner.restore``) or ``None`` (not recorded)."""
+    (``Tuner.restore``), ``ingest`` (``trial-replay ingest``) or ``None`` (not recorded)."""
     return {s.epoch: s.kind for s in sessions}
 
 
@@ -192,7 +192,8 @@ def describe_sessions(sessions: Iterable[SessionInfo]) -> str:
     """``epoch 1 Tuner.fit() (crashed), epoch 2 Tuner.restore (clean)``: one line."""
     listed = list(sessions)
     ends = session_ends(listed)
-    words = {"fresh": "Tuner.fit()", "restore": "Tuner.restore"}
+    words = {"fresh": "Tuner.fit()", "restore": "Tuner.restore",
+             "ingest": "trial-replay ingest of Ray's files"}
     return ", ".join(
         f"epoch {s.epoch}" + (f" {words[s.kind]}" if s.kind in words else "")
         + f" ({ends[s.epoch]})"

@@ -118,7 +118,8 @@ class EpochMark:
     @property
     def label(self) -> str:
         """``driver epoch 2 (restore)``, ``driver epoch 2 (fresh run)`` or ``driver epoch 2``."""
-        how = {"fresh": " (fresh run)", "restore": " (restore)"}.get(self.kind or "", "")
+        how = {"fresh": " (fresh run)", "restore": " (restore)",
+               "ingest": " (ingested from Ray's files)"}.get(self.kind or "", "")
         return f"driver epoch {self.epoch}{how}"
 
 

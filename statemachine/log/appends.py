@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 from sqlalchemy import Connection, Insert, Integer, bindparam, func, insert, literal_column, select
 from sqlalchemy.exc import IntegrityError
 
-from statemachine.exceptions import ConcurrencyError, FencedError
+from statemachine.exceptions import ConcurrencyError, ConfigurationError, FencedError
 from statemachine.log.engine import Prepared, translated
 from statemachine.log.mapper import (
     EVENT_COLUMNS,
@@ -33,6 +33,7 @@ from statemachine.log.records import (
     StoredEvent,
     new_event_id,
     new_event_ids,
+    utc,
     utcnow,
 )
 from statemachine.log.schema import events, experiments
@@ -206,15 +207,21 @@ class Appends:
                 return self.diagnose(conn, session, [event_row(values, utcnow())])[0]
 
     def append_batch(
-        self, session: DriverSession, requests: Sequence[AppendRequest], *, returning: bool = True
+        self, session: DriverSession, requests: Sequence[AppendRequest], *, returning: bool = True,
+        recorded_at: Sequence[datetime] | None = None,
     ) -> list[StoredEvent]:
         """Append many events in one transaction (see :meth:`EventStore.append_batch`).
 
-        One request is :meth:`append`'s one statement.
+        One request is :meth:`append`'s one statement. ``recorded_at``: each event's own time
+        (events reconstructed from another source); ``None``: the commit's time, stamped
+        under the write lock.
         """
         if not requests:
             return []
-        if len(requests) == 1:
+        if recorded_at is not None and len(recorded_at) != len(requests):
+            raise ConfigurationError(
+                f"{len(requests)} events but {len(recorded_at)} times: give one time per event")
+        if len(requests) == 1 and recorded_at is None:
             stored = self.append(session, requests[0], returning=returning)
             return [stored] if stored is not None else []
         db = self._db
@@ -245,7 +252,12 @@ class Appends:
                     ):
                         now = utcnow()  # under the lock, as in append()
                         stamp = (self._stamp(now),)
-                        params = [row + stamp for row in rows]
+                        if recorded_at is None:
+                            params = [row + stamp for row in rows]
+                        else:
+                            stamps = [utc(t) for t in recorded_at]
+                            params = [(*row, self._stamp(t))
+                                      for row, t in zip(rows, stamps, strict=True)]
                         if returning:
                             positions = db.backend.insert_many(
                                 cursor, self._insert_many.sql, params
@@ -255,9 +267,10 @@ class Appends:
                             positions = []
                 if positions is not None:
                     experiment = session.experiment
+                    times = stamps if recorded_at is not None else [now] * len(rows)
                     return [
-                        inserted_event(row, now, position, experiment)
-                        for row, position in zip(rows, positions, strict=returning)
+                        inserted_event(row, when, position, experiment)
+                        for row, when, position in zip(rows, times, positions, strict=returning)
                     ]
             except IntegrityError:
                 pass

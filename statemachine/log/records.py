@@ -257,8 +257,13 @@ class ExperimentInfo:
     last_recorded_at: datetime | None
 
 
-#: How a driver session began: a fresh ``Tuner.fit()`` or a ``Tuner.restore``.
-SESSION_KINDS = ("fresh", "restore")
+#: How a driver session began: a fresh ``Tuner.fit()``, a ``Tuner.restore``, or ``ingest``:
+#: not a driver but ``trial-replay ingest`` reconstructing history from Ray's files (its
+#: events are marked reconstructed by this alone, and carry Ray's times as recorded_at).
+SESSION_KINDS = ("fresh", "restore", "ingest")
+
+#: The session kind of ``trial-replay ingest``.
+INGEST_KIND = "ingest"
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,4 +281,5 @@ class SessionInfo:
     clean_end: bool | None
     kind: str | None = None
     """How the driver began: ``"fresh"`` (``Tuner.fit()``), ``"restore"``
-    (``Tuner.restore``) or ``None`` (not known: recorded before it was, or not said)."""
+    (``Tuner.restore``), ``"ingest"`` (history reconstructed from Ray's files by
+    ``trial-replay ingest``) or ``None`` (not known: recorded before it was, or not said)."""

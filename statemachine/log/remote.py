@@ -14,6 +14,7 @@ with ``ray[tune]``; nothing here needs a cloud SDK of its own.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import shutil
 import tempfile
 import uuid
@@ -48,6 +49,17 @@ def storage_label(fs: Any, path: str) -> str:
     if kind == "local" or not kind:
         return path
     return redact_uri(f"{kind.rsplit('+', 1)[-1]}://{path}")
+
+
+def storage_key(fs: Any, path: str) -> str:
+    """The folder name of the local log of an experiment stored at ``path`` on ``fs``:
+    the scheme and the first 12 hex characters of the SHA-256 of its storage URI (the
+    callback keeps that log in ``~/ray_results/<key>/``; ``trial-replay ingest`` writes
+    there for an experiment on storage)."""
+    uri = storage_label(fs, path.rstrip("/"))
+    scheme = uri.partition("://")[0] if "://" in uri else "storage"
+    safe = "".join(c for c in scheme if c.isalnum()) or "storage"
+    return f"{safe}-{hashlib.sha256(uri.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}"
 
 
 class RemoteFile:

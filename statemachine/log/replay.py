@@ -29,7 +29,7 @@ from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.state import TrialState
 from statemachine.exceptions import EventDecodeError, InvalidTransitionError, StateMachineError
 from statemachine.log.bulk import collector_paused
-from statemachine.log.records import StoredEvent
+from statemachine.log.records import INGEST_KIND, StoredEvent
 from statemachine.log.store import EventStore
 
 
@@ -345,10 +345,13 @@ CLOCK_TOLERANCE = timedelta(seconds=5)
 
 @dataclass(frozen=True, slots=True)
 class SessionSpan:
-    """What :class:`Verifier` needs of a driver session: its epoch and when it started."""
+    """What :class:`Verifier` needs of a driver session: its epoch, when it started, and how
+    (``kind``: an ``ingest`` session's events carry the times of the history it rebuilt,
+    earlier than the session itself)."""
 
     epoch: int
     started_at: datetime
+    kind: str | None = None
 
 
 class Verifier:
@@ -421,7 +424,8 @@ class Verifier:
             session = self.sessions.get(item.epoch)
             if session is None:
                 return ("epoch", item.epoch, f"one of the sessions' epochs {sorted(self.sessions)}")
-            if timed and item.recorded_at < session.started_at - CLOCK_TOLERANCE:
+            if timed and session.kind != INGEST_KIND \
+                    and item.recorded_at < session.started_at - CLOCK_TOLERANCE:
                 return ("recorded_at", item.recorded_at.isoformat(),
                         f"not before its session (epoch {item.epoch}) started at "
                         f"{session.started_at.isoformat()}")  # fmt: skip
@@ -481,7 +485,8 @@ def _error_type_vs(
 def session_spans(store: EventStore, experiment: str) -> list[SessionSpan] | None:
     """The experiment's sessions as :class:`Verifier` needs them (``None``: unreadable)."""
     try:
-        return [SessionSpan(s.epoch, s.started_at) for s in store.list_sessions(experiment)]
+        return [SessionSpan(s.epoch, s.started_at, s.kind)
+                for s in store.list_sessions(experiment)]
     except (StateMachineError, ValueError):
         return None
 
@@ -492,7 +497,8 @@ def verify(store: EventStore, experiment: str) -> VerifyResult:
     Checks, in global position order: every row decodes, every event is a valid transition,
     every recorded status/decision/counters and ``error_type`` equals the fold's, every
     row's epoch is a recorded driver session's and never older than an earlier row's, times
-    do not go back within a session (beyond :data:`CLOCK_TOLERANCE`) nor before it started,
+    do not go back within a session (beyond :data:`CLOCK_TOLERANCE`) nor before it started
+    (except in an ``ingest`` session, whose events carry the times of Ray's history),
     the trial's sequence numbers have no gap, and every usable snapshot equals the fold at
     its seq (a snapshot ahead of its trial's last event diverges). Reports the first
     divergence (by position) and every gap; trials after their divergence are not folded on.

@@ -658,15 +658,19 @@ class EventStore:
         requests: Sequence[AppendRequest],
         *,
         returning: bool = True,
+        recorded_at: Sequence[datetime] | None = None,
     ) -> list[StoredEvent]:
         """Append many events in one transaction (group commit): all are stored, or none.
 
         Requests for the same trial must follow each other (``expected_seq`` 4, then 5, ...).
         Errors as :meth:`append`; a retried batch whose event ids are all stored returns them.
         ``returning=False`` stores the same but builds no stored records for a new batch
-        (returns ``[]``): the live log's group commit, which needs none.
+        (returns ``[]``): the live log's group commit, which needs none. ``recorded_at``
+        gives each event its own time, for a history reconstructed from another source
+        (``trial-replay ingest``: Ray's times); by default every event gets the commit's.
         """
-        return self._appends.append_batch(session, requests, returning=returning)
+        return self._appends.append_batch(session, requests, returning=returning,
+                                          recorded_at=recorded_at)
 
     def import_experiment(
         self, export: ExportFile, *, name: str | None = None, force: bool = False

@@ -107,7 +107,7 @@ EXPORT_SCHEMA: dict[str, Any] = {
                 "started_at": _TIME,
                 "ended_at": {"type": ["string", "null"], "format": "date-time"},
                 "clean_end": {"type": ["boolean", "null"]},
-                "session_kind": {"enum": ["fresh", "restore", None]},
+                "session_kind": {"enum": [*SESSION_KINDS, None]},
             },
         },
         "event": {
@@ -414,7 +414,9 @@ def read_export(path: Path) -> ExportFile:
             continue
         if verifier is None:
             verifier = Verifier(str(header["name"]), sessions=[
-                SessionSpan(s["epoch"], _time(s["started_at"], "session")) for s in sessions
+                SessionSpan(s["epoch"], _time(s["started_at"], "session"),
+                            _session_kind(s.get("session_kind")))
+                for s in sessions
             ])  # fmt: skip
         trial, seq = data["trial_id"], data["seq"]
         if seq != last_seq.get(trial, 0) + 1:

@@ -12,12 +12,12 @@ A SQLite log on a network or FUSE filesystem is warned about once
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from statemachine.log.remote import storage_key
 from statemachine.log_location import DB_URL_ENV, DEFAULT_LOG_FILENAME
 from statemachine.tune import ray_surface
 
@@ -50,17 +50,6 @@ def _legacy_db_path(trial: Any) -> Path:
     """Where statemachine kept the log of a remotely stored experiment before the key."""
     return Path("~/ray_results").expanduser() / ray_surface.experiment_name(trial) \
         / DEFAULT_LOG_FILENAME
-
-
-def storage_key(fs: Any, path: str) -> str:
-    """The folder name of the local log of an experiment stored at ``path`` on ``fs``:
-    the scheme and the first 12 hex characters of the SHA-256 of its storage URI."""
-    from statemachine.log.remote import storage_label
-
-    uri = storage_label(fs, path.rstrip("/"))
-    scheme = uri.partition("://")[0] if "://" in uri else "storage"
-    safe = "".join(c for c in scheme if c.isalnum()) or "storage"
-    return f"{safe}-{hashlib.sha256(uri.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}"
 
 
 def resolve_url(url: str | None, trial: Any) -> str:

@@ -369,3 +369,124 @@ def test_an_import_interrupted_after_it_wrote_leaves_no_new_log_behind(
             assert sqlalchemy.inspect(conn).get_table_names() == []
     # And the same import, uninterrupted, works into the same place.
     assert invoke("--db", target, "import", exported).exit_code == 0
+
+
+# ------------------------------------------------------------------ ingest
+
+
+def _ray_folder(tmp_path: Path, name: str = "faults") -> Path:
+    from tests.ingest.conftest import VERSIONS, ray_folder
+
+    return ray_folder(VERSIONS[-1], name, tmp_path / name)
+
+
+@pytest.mark.parametrize("make", ["empty", "files", "file", "missing"])
+def test_ingest_of_a_folder_that_is_not_a_ray_experiment(
+    invoke: Callable[..., Run], tmp_path: Path, make: str
+) -> None:
+    target = tmp_path / "not-ray"
+    if make in ("empty", "files"):
+        target.mkdir()
+    if make == "files":
+        (target / "notes.txt").write_text("hello")
+        (target / "data").mkdir()
+        (target / "data" / "x.csv").write_text("a,b\n")
+    if make == "file":
+        target.write_text("hello")
+    before = folder_state(tmp_path)
+    run = invoke("ingest", target, "--db", tmp_path / "log.db")
+    expected = {"empty": "is not a Ray Tune experiment folder",
+                "files": "is not a Ray Tune experiment folder",
+                "file": "is a file, not a folder", "missing": "does not exist"}[make]
+    assert_one_line_error(run, str(target), expected)
+    assert folder_state(tmp_path) == before  # nothing written, no log created
+    assert not (tmp_path / "log.db").exists()
+
+
+def test_ingest_of_the_results_folder_names_the_experiments_in_it(
+    invoke: Callable[..., Run], tmp_path: Path
+) -> None:
+    _ray_folder(tmp_path, "faults")
+    _ray_folder(tmp_path, "crash")
+    before = folder_state(tmp_path)
+    run = invoke("ingest", tmp_path)
+    assert_one_line_error(run, "is not a Ray Tune experiment folder but holds 2: crash, faults",
+                          f"trial-replay ingest {tmp_path}/crash")
+    assert folder_state(tmp_path) == before
+
+
+def _callback_log(path: Path, experiment: str) -> None:
+    """A log as the EventLogCallback writes it: a driver session (``fresh``) and an event."""
+    from statemachine.domain.events import TrialAdded
+    from statemachine.domain.policy import RetryPolicy
+    from statemachine.log import EventStore
+
+    with EventStore.open(path) as store:
+        session = store.start_session(experiment, policy=RetryPolicy(), kind="fresh")
+        store.append(session, "t1", TrialAdded(), expected_seq=0)
+        store.end_session(session)
+
+
+@pytest.mark.parametrize("target", ["folder", "elsewhere"])
+def test_ingest_refuses_an_experiment_the_callback_recorded(
+    invoke: Callable[..., Run], tmp_path: Path, target: str
+) -> None:
+    folder = _ray_folder(tmp_path)
+    _callback_log(folder / "statemachine.db", "faults")
+    before = folder_state(tmp_path)
+    args = [] if target == "folder" else ["--db", tmp_path / "other.db"]
+    run = invoke("ingest", folder, *args)
+    assert_one_line_error(run, "experiment 'faults'", "was recorded by the EventLogCallback",
+                          "driver epoch(s) 1", "nothing was ingested",
+                          f"trial-replay --db {folder} trials faults")
+    assert folder_state(tmp_path) == before
+
+
+def test_ingest_refuses_a_target_log_where_the_callback_recorded_the_experiment(
+    invoke: Callable[..., Run], tmp_path: Path
+) -> None:
+    folder = _ray_folder(tmp_path)
+    _callback_log(tmp_path / "shared.db", "faults")
+    before = folder_state(tmp_path)
+    run = invoke("ingest", folder, "--db", tmp_path / "shared.db")
+    assert_one_line_error(run, "was recorded by the EventLogCallback")
+    assert folder_state(tmp_path) == before
+    # Under another name it is a separate experiment of that log: ingested beside it.
+    assert invoke("ingest", folder, "--db", tmp_path / "shared.db", "--name",
+                  "faults-ingested").exit_code == 0
+
+
+def test_ingest_refuses_error_files_the_callback_rewrote(
+    invoke: Callable[..., Run], tmp_path: Path
+) -> None:
+    folder = _ray_folder(tmp_path)
+    error = next(folder.glob("*/error.txt"))
+    lines = error.read_text().splitlines(keepends=True)
+    lines[0] = lines[0].rstrip("\n") + " [TrainingError; decision RECOVER]\n"
+    error.write_text("".join(lines))
+    before = folder_state(tmp_path)
+    run = invoke("ingest", folder)
+    assert_one_line_error(run, "failure headers written by the EventLogCallback",
+                          "nothing was ingested")
+    assert folder_state(tmp_path) == before
+
+
+def test_ingest_into_storage_is_refused(invoke: Callable[..., Run], tmp_path: Path) -> None:
+    folder = _ray_folder(tmp_path)
+    before = folder_state(tmp_path)
+    run = invoke("ingest", folder, "--db", "s3://bucket/exp/statemachine.db")
+    assert_one_line_error(run, "cannot write to an event log on storage")
+    assert folder_state(tmp_path) == before
+
+
+def test_ingest_into_another_applications_database_is_refused(
+    invoke: Callable[..., Run], tmp_path: Path
+) -> None:
+    folder = _ray_folder(tmp_path)
+    other = tmp_path / "app.db"
+    with closing(sqlite3.connect(other)) as conn, conn:
+        conn.execute("CREATE TABLE users (id INTEGER)")
+    before = folder_state(tmp_path)
+    run = invoke("ingest", folder, "--db", other)
+    assert_one_line_error(run, "is not a statemachine event log", "nothing was written")
+    assert folder_state(tmp_path) == before

@@ -320,3 +320,67 @@ def test_db_current_reads_a_log_on_storage_and_upgrade_refuses_it(
     refused = invoke("--db", uri, "db", "upgrade")
     assert refused.exit_code == 2
     assert "cannot write to an event log on storage" in refused.stderr
+
+
+def _ingested(invoke: Callable[..., Run], tmp_path: Path) -> tuple[Path, str]:
+    """A committed Ray folder (run without the callback) ingested into a new log."""
+    from tests.ingest.conftest import VERSIONS, ray_folder
+
+    folder = ray_folder(VERSIONS[-1], "faults", tmp_path / "faults")
+    db = tmp_path / "ingested.db"
+    run = invoke("ingest", folder, "--db", db)
+    assert run.exit_code == 0, run.stderr
+    assert " ".join(run.stdout.split()).startswith(
+        f"Ingested {folder} into sqlite:///{db} as 'faults' (epoch 1)")
+    return db, json.loads(invoke("--db", db, "trials", "--json").stdout)[0]["trial_id"]
+
+
+def test_every_command_reads_an_ingested_log(
+    invoke: Callable[..., Run], tmp_path: Path
+) -> None:
+    db, trial = _ingested(invoke, tmp_path)
+    note = "Reconstructed from Ray's files by trial-replay ingest (epoch 1)"
+    for args in (["trials"], ["experiments"], ["nodes"], ["verify"], ["what-if", "faults",
+                 "--restore-retry-num", "3"], ["timeline", "-o", tmp_path / "t.html"],
+                 ["export", "faults"], ["tail", "faults", "-n", "3"]):
+        run = invoke("--db", db, *args)
+        assert run.exit_code == 0, (args, run.stderr)
+    show = " ".join(invoke("--db", db, "show", trial).stdout.split())
+    assert "trial-replay ingest of Ray's files" in show and note in show
+    # Ray's times are whole seconds: shown with their milliseconds, as any other time.
+    assert ".000 " in show and "+00:" not in show
+    explain = invoke("--db", db, "explain", trial)
+    assert note in " ".join(explain.stdout.split())
+    for command in ("show", "explain"):
+        data = json.loads(invoke("--db", db, command, trial, "--json").stdout)
+        assert data["reconstructed"]["from"] == "ray_files"
+        assert data["reconstructed"]["epochs"] == [1]
+        assert any("TUNE_RESTORE_RETRY_NUM" in n for n in data["reconstructed"]["not_known"])
+    sessions = json.loads(invoke("--db", db, "experiments", "--json").stdout)[0]["sessions"]
+    assert [s["kind"] for s in sessions] == ["ingest"]
+
+
+def test_a_log_written_by_drivers_is_not_called_reconstructed(
+    invoke: Callable[..., Run], fixture_db: Path
+) -> None:
+    for command in ("show", "explain"):
+        run = invoke("--db", fixture_db, command, EXP, "c_given_up", "--json")
+        assert "reconstructed" not in json.loads(run.stdout)
+        text = invoke("--db", fixture_db, command, EXP, "c_given_up").stdout
+        assert "Reconstructed" not in text
+
+
+def test_an_ingested_experiment_exports_and_imports(
+    invoke: Callable[..., Run], tmp_path: Path
+) -> None:
+    """The session kind travels with the export; the import's replay check accepts events
+    older than the ingest session that recorded them (they carry Ray's times)."""
+    db, _ = _ingested(invoke, tmp_path)
+    exported = tmp_path / "faults.jsonl"
+    assert invoke("--db", db, "export", "faults", "-o", exported).exit_code == 0
+    run = invoke("--db", tmp_path / "copy.db", "import", exported, "--json")
+    assert run.exit_code == 0, run.stderr
+    assert json.loads(run.stdout)["verified"] is True
+    sessions = json.loads(invoke("--db", tmp_path / "copy.db", "experiments", "--json")
+                          .stdout)[0]["sessions"]
+    assert [s["kind"] for s in sessions] == ["ingest"]

@@ -19,8 +19,12 @@ import pytest
 from tests.cli.conftest import EXP, GOLDEN, Run
 
 UPDATE = bool(os.environ.get("UPDATE_GOLDEN"))
+#: The ``restore`` trial of the committed faults run (its load_checkpoint fails three times).
+RESTORE_TRIAL = "f87df_00002"
 
-#: name -> arguments after ``--db DB`` ({tmp} is the test's temporary folder).
+#: name -> arguments after ``--db DB`` ({tmp} is the test's temporary folder; {ray:NAME} a
+#: copy there of the committed Ray folder tests/data/ingest/<newest Ray>/NAME, run without the
+#: callback; {ingested:NAME} a log made by ingesting that copy).
 CASES: dict[str, list[str]] = {
     "experiments": ["experiments", "--json"],
     "trials": ["trials", EXP, "--json"],
@@ -41,7 +45,30 @@ CASES: dict[str, list[str]] = {
     "tail.jsonl": ["tail", EXP, "-n", "5", "--json"],
     "db_current": ["db", "current", "--json"],
     "db_upgrade": ["db", "upgrade", "--json"],
+    "ingest": ["ingest", "{ray:faults}", "--db", "{tmp}/ingested.db", "--json"],
+    "ingest_explain_restore": ["explain", "faults", RESTORE_TRIAL, "--db", "{ingested:faults}",
+                               "--json"],
+    "ingest_show_restore": ["show", "faults", RESTORE_TRIAL, "--db", "{ingested:faults}",
+                            "--json"],
 }
+
+
+def _placed(arg: str, tmp: Path, invoke: Callable[..., Run]) -> str:
+    """An argument of CASES with its placeholders made real in ``tmp``."""
+    from tests.ingest.conftest import VERSIONS, ray_folder
+
+    kind, _, name = arg.strip("{}").partition(":")
+    if not (arg.startswith("{") and kind in ("ray", "ingested")):
+        return arg.replace("{tmp}", str(tmp))
+    folder = tmp / name
+    if not folder.exists():
+        ray_folder(VERSIONS[-1], name, folder)
+    if kind == "ray":
+        return str(folder)
+    db = tmp / f"{name}.db"
+    if not db.exists():
+        assert invoke("ingest", folder, "--db", db).exit_code == 0
+    return str(db)
 
 
 def _normalise(text: str, tmp: Path) -> str:
@@ -60,7 +87,7 @@ def _check(name: str, text: str) -> None:
 def test_json_output_matches_golden(
     name: str, invoke: Callable[..., Run], fixture_db: Path, tmp_path: Path
 ) -> None:
-    args = [a.replace("{tmp}", str(tmp_path)) for a in CASES[name]]
+    args = [_placed(a, tmp_path, invoke) for a in CASES[name]]
     run = invoke("--db", fixture_db, *args)
     assert run.exit_code == 0, run.stderr
     assert run.stderr == ""

@@ -139,3 +139,16 @@ def test_the_live_page_in_a_real_browser_runs_its_script(
     page.get_by_text("Live: checked").wait_for(timeout=10_000)
     save_screenshot(page, tmp_path, "serve-fixture")
     browser_page.assert_quiet()
+
+
+def test_pages_of_an_ingested_log_say_it_was_reconstructed(tmp_path: Path) -> None:
+    from tests.ingest.conftest import VERSIONS, ingest_json, ray_folder
+
+    db = tmp_path / "ingested.db"
+    report = ingest_json(ray_folder(VERSIONS[-1], "faults", tmp_path / "faults"), "--db", db)
+    trial = report["trials"][0]["trial_id"]
+    with serving(db, "faults") as base:
+        for path in ("/e/faults", f"/e/faults/t/{trial}"):
+            status, page = _get(base + path)
+            assert status == 200
+            assert '<p class="reconstructed">Reconstructed from Ray&#x27;s files' in page

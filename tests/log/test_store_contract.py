@@ -25,6 +25,7 @@ from statemachine import (
 from statemachine.domain.state import TrialState
 from statemachine.exceptions import (
     ConcurrencyError,
+    ConfigurationError,
     EventDecodeError,
     FencedError,
     StoreError,
@@ -207,6 +208,32 @@ class StoreContract:
         with pytest.raises(FencedError):
             store.append_batch(session, [AppendRequest("c", TrialAdded(), 0)], returning=False)
         assert store.append_batch(newer, [AppendRequest("c", TrialAdded(), 0)])[0].seq == 1
+
+    @pytest.mark.parametrize("returning", [True, False])
+    def test_a_batch_with_the_times_of_its_source(
+        self, store: EventStore, returning: bool
+    ) -> None:
+        """``trial-replay ingest`` gives each event Ray's time, not the commit's."""
+        from statemachine.log import verify
+
+        session = store.start_session("exp", policy=POLICY, kind="ingest")
+        week_ago = datetime.now(timezone.utc) - timedelta(days=7)
+        times = [week_ago, week_ago + timedelta(seconds=1.5), week_ago + timedelta(seconds=2)]
+        batch = [AppendRequest("a", TrialAdded(), 0), AppendRequest("b", TrialAdded(), 0),
+                 AppendRequest("a", TrialStarted(), 1)]
+        returned = store.append_batch(session, batch, returning=returning, recorded_at=times)
+        stored = [*store.read_experiment("exp")]
+        assert [e.recorded_at for e in stored] == times
+        assert returned == (stored if returning else [])
+        with pytest.raises(ConfigurationError, match="3 events but 1 times"):
+            store.append_batch(session, batch, recorded_at=times[:1])
+        # Times before the session began are what an ingest session holds: verify accepts
+        # them there, and only there.
+        assert verify(store, "exp").ok
+        fresh = store.start_session("exp2", policy=POLICY, kind="fresh")
+        store.append_batch(fresh, batch[:2], recorded_at=times[:2])
+        divergence = verify(store, "exp2").divergence
+        assert divergence is not None and divergence.field == "recorded_at"
 
     @pytest.mark.parametrize("returning", [True, False])
     def test_a_batch_the_database_refuses_in_part_stores_nothing(

@@ -7,6 +7,7 @@ import click
 from statemachine.cli.db import open_store
 from statemachine.cli.explain import Explanation, describe_policy, explain_trial
 from statemachine.cli.output import Output, json_option
+from statemachine.cli.provenance import reconstructed_note, with_provenance
 from statemachine.cli.reading import (
     decode_trial,
     experiment_and_trial,
@@ -30,10 +31,15 @@ def explain(out: Output, experiment: str | None, trial_id: str | None, as_json: 
         sessions = store.list_sessions(experiment)
     explanation = explain_trial(trial_id, decoded, session_ends(sessions),
                                 session_kinds(sessions))
+    epochs = {stored.epoch for stored, _ in decoded}
     if as_json:
-        out.json(explanation.to_dict(experiment))
+        out.json(with_provenance(explanation.to_dict(experiment), sessions, epochs))
         return out.exit_code
     print_explanation(out, explanation)
+    note = reconstructed_note(sessions, epochs)
+    if note:
+        out.text()
+        out.text(note)
     return out.exit_code
 
 

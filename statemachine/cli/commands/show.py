@@ -7,7 +7,8 @@ from typing import Any
 import click
 
 from statemachine.cli.db import open_store
-from statemachine.cli.output import Column, Output, json_option, wide_option
+from statemachine.cli.output import Column, Output, clock_time, json_option, wide_option
+from statemachine.cli.provenance import reconstructed_note, with_provenance
 from statemachine.cli.reading import (
     damage_message,
     describe_sessions,
@@ -41,8 +42,10 @@ def show(out: Output, experiment: str | None, trial_id: str | None, as_json: boo
             out.warn(f"{exc}; the row is shown with its recorded columns")
         if row.damage is not None:
             out.warn(damage_message(row))
+    epochs = {r["epoch"] for r in rows}
     if as_json:
-        out.json({"experiment": experiment, "trial_id": trial_id, "events": rows})
+        out.json(with_provenance({"experiment": experiment, "trial_id": trial_id,
+                                  "events": rows}, sessions, epochs))
         return out.exit_code
     days = {(r["recorded_at"] or "")[:10] for r in rows}
     one_day = not out.wide and len(days) == 1
@@ -50,8 +53,10 @@ def show(out: Output, experiment: str | None, trial_id: str | None, as_json: boo
     if one_day:
         title += f", {days.pop()} (times UTC)"
     out.table(_columns(out.wide), [_cells(r, out.wide, one_day) for r in rows], title=title)
-    epochs = {r["epoch"] for r in rows}
     out.text("Driver sessions: " + describe_sessions(s for s in sessions if s.epoch in epochs))
+    note = reconstructed_note(sessions, epochs)
+    if note:
+        out.text(note)
     return out.exit_code
 
 
@@ -72,7 +77,7 @@ def _columns(wide: bool) -> list[Column]:
 
 
 def _cells(r: dict[str, Any], wide: bool, one_day: bool) -> list[Any]:
-    moment = (r["recorded_at"] or "")[:23].replace("T", " ")
+    moment = clock_time(r["recorded_at"])
     if wide:
         errors = [f"{r['error_type']}: {r['error_cause']}" if r["error_type"] else ""]
     else:

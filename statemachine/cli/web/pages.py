@@ -15,12 +15,13 @@ from __future__ import annotations
 import hashlib
 import html
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from statemachine.cli.explain import describe_policy, explain_trial
+from statemachine.cli.provenance import reconstructed_note
 from statemachine.cli.reading import (
     decode_trial,
     describe_sessions,
@@ -36,6 +37,7 @@ from statemachine.cli.timeline_svg import render_svg
 if TYPE_CHECKING:
     from statemachine.cli.output import Output
     from statemachine.log import EventStore
+    from statemachine.log.records import SessionInfo
 
 __all__ = ["POLL_SECONDS", "STATIC_PATH", "NotFound", "Pages", "error_page"]
 
@@ -117,7 +119,7 @@ class Pages:
         svg = render_svg(model).split("?>", 1)[-1]
         body = (
             f'<nav><a href="/">experiments</a></nav><h1>{_e(name)}</h1>'
-            f"<p>Driver sessions: {epochs or 'none'}</p>{svg}"
+            f"<p>Driver sessions: {epochs or 'none'}</p>{_reconstructed(sessions)}{svg}"
             "<h2>Trials</h2><table><thead><tr><th>trial</th><th>status</th><th>failures</th>"
             "<th>restore fails (episode/total)</th><th>preemptions</th><th>last error</th>"
             "<th>message</th><th>last decision</th></tr></thead>"
@@ -134,6 +136,7 @@ class Pages:
                 raise NotFound(f"experiment {name!r} has no trial {trial_id!r}")
             decoded = decode_trial(store.read_trial(name, trial_id), self.out)
             sessions = store.list_sessions(name)
+        note = _reconstructed(sessions, {stored.epoch for stored, _ in decoded})
         explanation = explain_trial(trial_id, list[Any](decoded), session_ends(sessions),
                                     session_kinds(sessions))
         steps = "".join(
@@ -146,12 +149,18 @@ class Pages:
         body = (
             f'<nav><a href="/">experiments</a> / <a href="/e/{_q(name)}">{_e(name)}</a></nav>'
             f"<h1>Trial {_e(trial_id)}</h1>"
-            f'<p class="summary">{_e(explanation.summary)}</p>'
+            f'<p class="summary">{_e(explanation.summary)}</p>{note}'
             f"<p>Policy that applied: {_e(describe_policy(explanation.state.policy))}.</p>"
             '<table class="steps"><thead><tr><th>where</th><th>decision</th><th>what happened'
             f"</th></tr></thead><tbody>{steps}</tbody></table>"
         )
         return _page(f"trial-replay: {name} / {trial_id}", body)
+
+
+def _reconstructed(sessions: Iterable[SessionInfo], epochs: Iterable[int] | None = None) -> str:
+    """The paragraph saying the history shown was reconstructed from Ray's files (or "")."""
+    note = reconstructed_note(sessions, epochs)
+    return f'<p class="reconstructed">{_e(note)}</p>' if note else ""
 
 
 def _page(title: str, body: str, *, state: str = "ok") -> str:
