@@ -83,6 +83,13 @@ class Scenario:
     log: Path
     """Both drivers' output."""
 
+    def __str__(self) -> str:
+        """What a failed assertion on the scenario shows: the counts and both drivers' output
+        (the second driver's decisions are in its last lines)."""
+        return (f"restore attempts before the kill {self.before}, after it {self.after}, "
+                f"result {self.result}; the drivers' output ends:\n"
+                f"{self.log.read_text(errors='replace')[-6000:]}")
+
 
 def run_scenario(tmp: Path, callback: str, *, storage: str | None = None,
                  first: Driver | None = None, second: Driver | None = None,
@@ -157,10 +164,10 @@ def test_restore_budget_survives_a_driver_crash(tmp_path: Path) -> None:
     experiment = tmp_path / "with" / "results" / "crash"
 
     # Both drivers were killed while restore attempt R+1 hung, after R failed ones.
-    assert before == plain_before == R + 1
+    assert before == plain_before == R + 1, f"{with_log}\n{plain}"
     # After the restart, with the log: the first restore failure counts (failure 2 of
     # max_failures=2, recover), the second ends the trial: 2 attempts.
-    assert after == 2
+    assert after == 2, with_log
     # Plain Ray forgot the R retries it had spent: R more attempts before the same end.
     assert plain_after == after + R
     ((status, num_failures),) = result.values()

@@ -106,7 +106,8 @@ def test_a_planted_password_never_shows(
         assert "STATEMACHINE_DB_URL (not set), PGPASSWORD (not set)" in refused
         assert not (tmp_path / "x").exists()
         # With STATEMACHINE_DB_URL the restored run keeps its budgets as always.
-        assert scenario.after == 2 and list(scenario.result.values()) == [["ERROR", 3]]
+        assert scenario.after == 2 and list(scenario.result.values()) == [["ERROR", 3]], (
+            f"{scenario}\nthe restore without the password printed:\n{refused[-3000:]}")
         shown = make_url(url).render_as_string(hide_password=True)
         assert f"recording trial events of crash to {shown}" in scenario.log.read_text()
 
