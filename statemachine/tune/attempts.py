@@ -5,8 +5,10 @@ the node it was placed on are read at once, while Ray still knows them). Its fir
 recorded (``FirstResult``): it ends the stretch in which a failure can still be one of the
 user's restore. Its failure, reported by the error seam, is typed by the classification rules
 in the phase it failed in (:mod:`statemachine.tune.ray_errors`) and located on the node of
-the actor it names. A failure that reaches Tune's hooks but not the seam (the callback joined
-a controller late) is said once per process, since it is not in the log.
+the actor it names (why that actor died, from Ray's exception and state API, is read here
+too once the surface can tell: issue 28). A failure that reaches Tune's hooks but not the
+seam (the callback joined a controller late) is said once per process, since it is not in
+the log.
 """
 
 from __future__ import annotations
