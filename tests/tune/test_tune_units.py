@@ -111,6 +111,10 @@ _SURFACE_MODULE = "statemachine.tune.ray_surface"
 _ATTRIBUTE_CALLS = {"getattr", "setattr", "hasattr", "delattr"}
 
 
+def _in_surface(module: str) -> bool:
+    return module == _SURFACE_MODULE or module.startswith(_SURFACE_MODULE + ".")
+
+
 def _surface_names(tree: ast.AST) -> set[str]:
     """The names a module binds to the Ray surface's modules (``from statemachine.tune.
     ray_surface import trials as ray_trial``, ``import statemachine.tune.ray_surface``...)."""
@@ -118,12 +122,11 @@ def _surface_names(tree: ast.AST) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module:
             for alias in node.names:
-                full = f"{node.module}.{alias.name}"
-                if full == _SURFACE_MODULE or node.module.startswith(_SURFACE_MODULE):
+                if _in_surface(f"{node.module}.{alias.name}"):
                     names.add(alias.asname or alias.name)
         elif isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.startswith(_SURFACE_MODULE) and alias.asname:
+                if _in_surface(alias.name) and alias.asname:
                     names.add(alias.asname)
     return names
 
@@ -177,10 +180,11 @@ import ray._private.state
 from ray.train._internal.session import _TrainingResult
 from statemachine.tune.ray_surface import trials as ray_trial
 from statemachine.tune.ray_surface.placement import factory
+from statemachine.tune.ray_surface_lookalike import trials
 
 
 def spy(trial, controller, exc):
-    trial.run_metadata.num_failures = 0
+    trials.run_metadata.num_failures = 0
     getattr(trial, "_restore_checkpoint_result")
     setattr(controller, "_staged_trials", set())
     hasattr(exc, "_actor_id")
@@ -191,11 +195,11 @@ def spy(trial, controller, exc):
     assert found == [
         "2 import ray._private.state",
         "3 import ray.train._internal.session._TrainingResult",
-        "9 .num_failures", "9 .run_metadata",
-        "10 getattr(..., '_restore_checkpoint_result')",
-        "11 setattr(..., '_staged_trials')",
-        "12 hasattr(..., '_actor_id')",
-        "13 getattr(..., 'temporary_state')",
+        "10 .num_failures", "10 .run_metadata",
+        "11 getattr(..., '_restore_checkpoint_result')",
+        "12 setattr(..., '_staged_trials')",
+        "13 hasattr(..., '_actor_id')",
+        "14 getattr(..., 'temporary_state')",
     ]
 
 
