@@ -9,17 +9,19 @@ where the installed Ray wants them for a ``tune.Tuner`` (``ray.tune``; Ray 2.40 
 only in ``ray.train``), so a driver written with them runs on every supported Ray.
 """
 
-from statemachine.tune.compat import UnsupportedRayError, check_ray
+from typing import TYPE_CHECKING
+
+from statemachine.tune.compat import UnsupportedRayError, check_ray, tuner_config_classes
 
 check_ray()
 
 from statemachine.tune.callback import EventLogCallback  # noqa: E402
-from statemachine.tune.ray_surface import (  # noqa: E402
-    CheckpointConfig,
-    FailureConfig,
-    RunConfig,
-)
 from statemachine.tune.restoring import restoring  # noqa: E402
+
+if TYPE_CHECKING:
+    from ray.tune import CheckpointConfig, FailureConfig, RunConfig
+else:
+    RunConfig, FailureConfig, CheckpointConfig = tuner_config_classes()
 
 __all__ = [
     "CheckpointConfig",

@@ -5,8 +5,8 @@ that is not inside the trial's own directory: ``..`` components, paths elsewhere
 symlinks leading out, and paths no filesystem can hold (a NUL character) are refused with a
 reason, never followed; a refusal never skips the other paths. (Making Ray forget those
 checkpoints, or fall back to an older one, is Ray bookkeeping:
-:func:`statemachine.tune.ray_surface.forget_checkpoints` and
-:func:`~statemachine.tune.ray_surface.restore_from`.)
+:func:`statemachine.tune.ray_surface.checkpoint_manager.forget_checkpoints` and
+:func:`~statemachine.tune.ray_surface.checkpoint_manager.restore_from`.)
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
-from statemachine.tune import ray_surface
+from statemachine.tune.ray_surface import trials as ray_trial
 from statemachine.tune.store_url import is_local_filesystem
 
 logger = logging.getLogger(__name__)
@@ -61,8 +61,8 @@ def refusal(path: str, trial_dir: str, local: bool) -> str | None:
 def delete_checkpoint_dirs(trial: Any, paths: list[str]) -> DeletionReport:
     """Delete the checkpoint folders ``paths`` of ``trial`` through its storage filesystem."""
     report = DeletionReport()
-    fs = ray_surface.storage_filesystem(trial)
-    trial_dir = ray_surface.trial_path(trial)
+    fs = ray_trial.storage_filesystem(trial)
+    trial_dir = ray_trial.trial_path(trial)
     local = is_local_filesystem(fs)
     for path in paths:
         try:

@@ -3,8 +3,8 @@
 A new driver restores its trials from Ray's experiment snapshot, which may be older than the
 event log, and Ray never saves the restore-failure counter at all. :func:`reconcile` compares
 one trial's folded state with what Ray restored and says what the new driver must do. It is
-pure: no Ray, no I/O; the callback reads Ray's side and applies the answer
-(:mod:`statemachine.tune.ray_surface`).
+pure: no Ray, no I/O; :mod:`statemachine.tune.after_restore` reads Ray's side and applies
+the answer (through :mod:`statemachine.tune.ray_surface`).
 
 The rules, log status x Ray status (statuses as strings, Ray's ``Trial.status``):
 

@@ -25,18 +25,15 @@ dead letters.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from statemachine.domain.compiled import fold_for_session
-from statemachine.domain.events import Event, encode_event, with_policy
+from statemachine.domain.events import Event, with_policy
 from statemachine.domain.machine import TransitionRecord
 from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.state import TrialState
@@ -48,43 +45,10 @@ from statemachine.exceptions import (
     LogFileLostError,
     UnstorableValueError,
 )
-from statemachine.log.experiment_log import Prefolded
 from statemachine.log.records import new_event_id
+from statemachine.tune.recorder_log import PendingEvent, WritableLog, save_events
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class PendingEvent:
-    """An event folded into the shadow state but not yet written to the log.
-
-    ``seq``, ``record``, ``before`` and ``after`` are that fold (see
-    :class:`~statemachine.log.experiment_log.Prefolded`), so the log need not fold it again.
-    """
-
-    trial_id: str
-    event: Event
-    event_id: str
-    seq: int = -1
-    record: TransitionRecord | None = None
-    before: TrialState | None = None
-    after: TrialState | None = None
-
-    def prefolded(self) -> Prefolded:
-        """What :meth:`~statemachine.log.ExperimentLog.append_folded` takes."""
-        return Prefolded(self.trial_id, self.event, self.event_id, self.seq, self.record,
-                         self.before, self.after)
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON form saved when it could not be written at all."""
-        type_name, version, payload = encode_event(self.event)
-        return {
-            "trial_id": self.trial_id,
-            "event_id": self.event_id,
-            "type": type_name,
-            "version": version,
-            "payload": payload,
-        }
 
 
 class Recorder:
@@ -105,7 +69,7 @@ class Recorder:
 
     def __init__(
         self,
-        open_log: Callable[[], Any],
+        open_log: Callable[[], WritableLog],
         policy: RetryPolicy,
         *,
         attempts: int = 3,
@@ -119,7 +83,8 @@ class Recorder:
         self.attempts = attempts
         self.backoff_s = backoff_s
         self.cooldown_s = cooldown_s
-        self.log: Any = None
+        self.log: WritableLog | None = None
+        """The log, once open (``None`` before, after a failed open and after the end)."""
         self.states: dict[str, TrialState] = {}
         self._queue: deque[PendingEvent] = deque()
         self._blocked_until = 0.0
@@ -328,8 +293,11 @@ class Recorder:
         outcome is unknown, all of it is, and the same event ids make the one-by-one retry
         a no-op), so the caller writes it again one event at a time.
         """
+        log = self.log
+        if log is None:
+            return False
         try:
-            self.log.append_folded([p.prefolded() for p in batch])
+            log.append_folded([p.prefolded() for p in batch])
         except LogFileLostError as exc:
             self._file_lost(exc)
             return False
@@ -343,8 +311,11 @@ class Recorder:
     def _write(self, pending: PendingEvent) -> bool:
         delay = self.backoff_s
         for attempt in range(1, self.attempts + 1):
+            log = self.log
+            if log is None:  # closed meanwhile: stays queued
+                return False
             try:
-                self.log.append_folded([pending.prefolded()])
+                log.append_folded([pending.prefolded()])
             except LogFileLostError as exc:
                 self._file_lost(exc)
                 return False
@@ -398,6 +369,8 @@ class Recorder:
             "events file (statemachine-unwritten-<pid>.jsonl)", str(exc).rstrip("."),
             self.recorded,
         )
+        if log is None:
+            return
         try:
             log.close(clean=False)  # releases the connections; its own writes fail alike
         except Exception as close_exc:  # the lost file: nothing to report twice
@@ -409,13 +382,7 @@ class Recorder:
         """Save every unwritten event to ``path`` (JSON lines); ``None`` if there are none."""
         self._stop_writer()
         items = [(p, "not written") for p in self._queue] + self.dead + self.rejected_events
-        if not items:
-            return None
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a", encoding="utf-8") as out:
-            for pending, reason in items:
-                out.write(json.dumps({**pending.to_json(), "reason": reason}) + "\n")
-        return path
+        return save_events(path, items)
 
     def summary(self) -> dict[str, int]:
         """Counts for the final report."""

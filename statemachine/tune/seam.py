@@ -12,7 +12,8 @@ not called. So the seam wraps, once per process and idempotently:
 
 The original method always runs and its result is returned; a listener that raises is logged
 and ignored, so nothing escapes into Tune. The wrapping itself (which methods, their
-signatures) lives with the rest of the Ray surface in :mod:`statemachine.tune.ray_surface`;
+signatures) lives with the rest of the Ray surface, in
+:mod:`statemachine.tune.ray_surface.trial_methods`;
 this module routes what the wrappers report to the listener that owns the trial.
 """
 
@@ -23,7 +24,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from statemachine.tune import ray_surface
+from statemachine.tune.ray_surface import trial_methods
 
 logger = logging.getLogger(__name__)
 
@@ -108,9 +109,9 @@ _ROUTER = _Router()
 def install(trial_cls: type | None = None) -> None:
     """Wrap the ``Trial`` methods once; calling it again changes nothing."""
     with _lock:
-        ray_surface.wrap_trial_methods(_ROUTER, trial_cls)
+        trial_methods.wrap_trial_methods(_ROUTER, trial_cls)
 
 
 def installed(trial_cls: type | None = None) -> bool:
     """Whether every seam method of ``Trial`` is wrapped."""
-    return ray_surface.trial_methods_wrapped(trial_cls)
+    return trial_methods.trial_methods_wrapped(trial_cls)

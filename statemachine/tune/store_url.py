@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from statemachine.log.remote import storage_key
 from statemachine.log_location import DB_URL_ENV, DEFAULT_LOG_FILENAME
-from statemachine.tune import ray_surface
+from statemachine.tune.ray_surface import trials as ray_trial
 
 if TYPE_CHECKING:
     from statemachine.tune.log_sync import LogSync
@@ -39,16 +39,16 @@ def is_local_filesystem(fs: Any) -> bool:
 
 def default_db_path(trial: Any) -> Path:
     """The default SQLite file for the experiment ``trial`` belongs to."""
-    fs = ray_surface.storage_filesystem(trial)
+    fs = ray_trial.storage_filesystem(trial)
     if is_local_filesystem(fs):
-        return Path(ray_surface.experiment_path(trial)) / DEFAULT_LOG_FILENAME
-    return _legacy_db_path(trial).parent / storage_key(fs, ray_surface.experiment_path(trial)) \
+        return Path(ray_trial.experiment_path(trial)) / DEFAULT_LOG_FILENAME
+    return _legacy_db_path(trial).parent / storage_key(fs, ray_trial.experiment_path(trial)) \
         / DEFAULT_LOG_FILENAME
 
 
 def _legacy_db_path(trial: Any) -> Path:
     """Where statemachine kept the log of a remotely stored experiment before the key."""
-    return Path("~/ray_results").expanduser() / ray_surface.experiment_name(trial) \
+    return Path("~/ray_results").expanduser() / ray_trial.experiment_name(trial) \
         / DEFAULT_LOG_FILENAME
 
 
@@ -69,7 +69,7 @@ def log_sync_for(url: str | None, trial: Any) -> LogSync | None:
     is given (``url`` or ``$STATEMACHINE_DB_URL``) or the experiment is stored locally."""
     if url or os.environ.get(DB_URL_ENV, "").strip():
         return None
-    fs = ray_surface.storage_filesystem(trial)
+    fs = ray_trial.storage_filesystem(trial)
     if is_local_filesystem(fs):
         return None
     from statemachine.log.credentials import redact_uri
@@ -77,11 +77,11 @@ def log_sync_for(url: str | None, trial: Any) -> LogSync | None:
     from statemachine.log.remote import RemoteFile
     from statemachine.tune.log_sync import LogSync
 
-    remote = RemoteFile(fs, f"{ray_surface.experiment_path(trial)}/{DEFAULT_LOG_FILENAME}")
+    remote = RemoteFile(fs, f"{ray_trial.experiment_path(trial)}/{DEFAULT_LOG_FILENAME}")
     # The experiment's name and storage path as the callback records them in the log.
     return LogSync(default_db_path(trial), remote,
-                   experiment=storable_name(ray_surface.experiment_name(trial)),
-                   storage_path=storable_name(redact_uri(ray_surface.experiment_path(trial))),
+                   experiment=storable_name(ray_trial.experiment_name(trial)),
+                   storage_path=storable_name(redact_uri(ray_trial.experiment_path(trial))),
                    legacy=_legacy_db_path(trial))
 
 

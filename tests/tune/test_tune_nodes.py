@@ -12,7 +12,8 @@ from test_tune_runs import db_url, fit, only_trial
 
 from statemachine.domain.events import NodeAvoidanceDropped, TrialFailed, TrialStarted
 from statemachine.domain.policy import RetryPolicy
-from statemachine.tune import ray_surface as placement
+from statemachine.tune.compat import selector_support
+from statemachine.tune.ray_surface import placement
 from tests.tune.tunekit import assert_log_matches_ray, stored_events
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -57,7 +58,7 @@ def test_nodes_are_recorded_and_avoidance_on_one_node_falls_back_at_once(
     if not avoid:
         assert drops == []
         return
-    support = placement.selector_support()
+    support = selector_support()
     reason = "no_other_node" if support is None else "unsupported"
     assert [(d.reason, d.nodes) for d in drops] == [(reason, (node_id,))] * 2
     if support is not None:  # an older Ray: said once, with the version it needs
@@ -65,7 +66,7 @@ def test_nodes_are_recorded_and_avoidance_on_one_node_falls_back_at_once(
         assert len(said) <= 1 and "2.49" in support
 
 
-@pytest.mark.skipif(placement.selector_support() is not None,
+@pytest.mark.skipif(selector_support() is not None,
                     reason="the installed Ray has no placement group label selectors (< 2.49)")
 def test_selectors_exclude_nodes_and_come_off_again() -> None:
     from ray.tune.execution.placement_groups import PlacementGroupFactory
@@ -88,7 +89,7 @@ def test_selectors_exclude_nodes_and_come_off_again() -> None:
 
 
 def test_an_older_ray_is_told_which_version_places_by_node_label() -> None:
-    said = placement.selector_support("2.40.0")
+    said = selector_support("2.40.0")
     assert said is not None and "ray 2.40.0" in said and ">= 2.49" in said
-    if placement.selector_support() is None:  # this Ray's placement_group takes selectors
-        assert placement.selector_support("2.49.0") is None
+    if selector_support() is None:  # this Ray's placement_group takes selectors
+        assert selector_support("2.49.0") is None

@@ -290,7 +290,7 @@ class Driven:
         if self.callback and self.log is not None:
             self.record(TrialStarted())
             self.record(TrialFailed(error=BOOM))
-            self.ray_live = self.log.failures  # _steer: Ray follows the log
+            self.ray_live = self.log.failures  # Steering.follow: Ray follows the log
         else:
             self.ray_live += 1
             self.whole = False

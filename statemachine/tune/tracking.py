@@ -1,0 +1,104 @@
+"""Which trial of the event log each of Ray's trials is, and recording events for it.
+
+A trial enters the log with ``TrialAdded`` (its config, JSON-safe) the first time the driver
+sees it. After the driver's first step has aligned the log with the trials ``Tuner.restore``
+brought back (:mod:`statemachine.tune.after_restore`), another Ray ``Trial`` object behind the
+id of a trial that ended, one that never ran, is a new trial reusing the id: recorded as a new
+incarnation (``TrialRecreated``). Everything the callback, the steering and the node
+avoidance record goes through :meth:`TrialTracker.record`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from statemachine.domain.events import Event, TrialAdded, TrialRecreated
+from statemachine.domain.machine import TransitionRecord
+from statemachine.domain.state import TrialState
+from statemachine.tune.ray_surface import trials as ray_trial
+from statemachine.tune.reconcile import REUSED_ID
+from statemachine.tune.recorder import Recorder
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["TrialTracker", "json_safe"]
+
+
+def json_safe(config: Any) -> dict[str, Any]:
+    """A JSON-safe copy of a trial config (anything unusual becomes its ``repr``)."""
+    try:
+        data = json.loads(json.dumps(config, default=repr, sort_keys=True))
+    except (TypeError, ValueError):
+        return {"repr": repr(config)}
+    if not isinstance(data, dict):
+        return {"value": data}
+    return {str(key): value for key, value in data.items()}
+
+
+class TrialTracker:
+    """The trials of one driver session as the log knows them.
+
+    The log is opened by the callback at the first trial (:attr:`recorder` is ``None`` until
+    then); :meth:`track` and :meth:`record` need it open, :meth:`state` does not.
+    """
+
+    def __init__(self) -> None:
+        self.recorder: Recorder | None = None
+        """What records into the log, once the callback has opened it."""
+        self.reconciled = False
+        """The driver's first step has aligned the log with Ray's restored trials: from then
+        on a new Ray trial behind an ended trial's id is a new incarnation."""
+        # the Ray Trial object recorded behind each id (a new object: maybe a new trial)
+        self._objects: dict[str, int] = {}
+        self._trials_seen = 0
+
+    def _open(self) -> Recorder:
+        if self.recorder is None:
+            raise RuntimeError("statemachine: the event log is not open yet")
+        return self.recorder
+
+    def state(self, trial: Any) -> TrialState | None:
+        """The trial's folded state (with events not yet written), ``None`` if not in the log."""
+        return self.recorder.state(ray_trial.trial_id(trial)) if self.recorder else None
+
+    def track(self, trial: Any) -> TrialState | None:
+        """Make sure the trial is in the log (``TrialAdded``); returns its state."""
+        recorder = self._open()
+        trial_id = ray_trial.trial_id(trial)
+        state = recorder.state(trial_id)
+        if state is None:
+            recorder.record(trial_id, TrialAdded(config=json_safe(ray_trial.config(trial))))
+            state = recorder.state(trial_id)
+        elif (self.reconciled and self._objects.get(trial_id) != id(trial)
+                and state.status.is_terminal and ray_trial.never_ran(trial)):
+            # Another Ray trial behind the id of an ended one: a new incarnation of the id.
+            logger.warning("statemachine: trial %s is a new trial behind the id of one that "
+                           "ended %s: recorded as a new incarnation", trial_id, state.status)
+            recorder.record(trial_id, TrialRecreated(
+                config=json_safe(ray_trial.config(trial)), reason=REUSED_ID))
+            state = recorder.state(trial_id)
+        if self.reconciled:
+            self._objects[trial_id] = id(trial)
+        return state
+
+    def remember(self, trial: Any) -> None:
+        """``trial`` is the Ray object behind its id (a restored trial, while reconciling)."""
+        self._objects[ray_trial.trial_id(trial)] = id(trial)
+
+    def record(self, trial: Any, event: Event) -> TransitionRecord | None:
+        """Track the trial, then fold and record ``event`` (``None``: the fold refused it)."""
+        self.track(trial)
+        return self._open().record(ray_trial.trial_id(trial), event)
+
+    def has_new(self, trials: list[Any]) -> bool:
+        """Whether Tune's list of trials changed since :meth:`track_new` last looked."""
+        return len(trials) != self._trials_seen
+
+    def track_new(self, trials: list[Any]) -> None:
+        """Add trials created since the last look (Tune only appends to its list)."""
+        if self.has_new(trials):
+            for trial in trials:
+                self.track(trial)
+            self._trials_seen = len(trials)
