@@ -83,7 +83,8 @@ class StateTrial:
     relative_logdir: str | None
     config: dict[str, Any]
     max_failures: int
-    num_failures: int
+    ray_failures: int
+    """Ray's ``num_failures`` in that snapshot."""
     error_filename: str | None
     last_result_time: float | None
     trainable_name: str | None

@@ -135,7 +135,7 @@ def parse_state_file(name: str, data: bytes) -> StateFile:
             relative_logdir=_text(trial.get("relative_logdir")),
             config=config if isinstance(config, dict) else {},
             max_failures=_int(trial.get("max_failures")),
-            num_failures=_int(meta.get("num_failures")),
+            ray_failures=_int(meta.get("num_failures")),
             error_filename=_text(meta.get("error_filename")),
             last_result_time=_number(meta.get("last_result_time")),
             trainable_name=_text(trial.get("trainable_name")),

@@ -355,7 +355,7 @@ class _TrialBuilder:
         """Bring the trial to the newest snapshot's status and count, where the log lags."""
         work = self.work
         plan = self.plan
-        plan.ray_status, plan.ray_failures = trial.status, trial.num_failures
+        plan.ray_status, plan.ray_failures = trial.status, trial.ray_failures
         when = trial.last_result_time
         key = f"end@{state.name}:{trial.status}"
         try:
@@ -366,12 +366,12 @@ class _TrialBuilder:
                     self._emit(TrialStopped(reason=ENDED), key, when)
             elif trial.status == "PAUSED" and work.status is Status.RUNNING:
                 self._emit(TrialPaused(), key, when)
-            if trial.num_failures > work.failures and work.status is not Status.NEW:
+            if trial.ray_failures > work.failures and work.status is not Status.NEW:
                 self._emit(CountersAdopted(
-                    failures=trial.num_failures, preemptions=work.preemptions,
+                    failures=trial.ray_failures, preemptions=work.preemptions,
                     source=f"Ray's experiment state ({state.name}: num_failures "
-                           f"{trial.num_failures}; error.txt holds fewer failures)"),
-                    f"adopt@{state.name}:{trial.num_failures}", when)
+                           f"{trial.ray_failures}; error.txt holds fewer failures)"),
+                    f"adopt@{state.name}:{trial.ray_failures}", when)
         except InvalidTransitionError as exc:
             plan.late.append(f"Ray's final status {trial.status} ({exc})")
 
