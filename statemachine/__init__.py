@@ -10,11 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 from statemachine.domain.classify import classify
 from statemachine.domain.compiled import apply_compiled, fold_compiled
+from statemachine.domain.death import ActorDeath, DeathCause
 from statemachine.domain.events import (
     EVENT_TYPES,
     CheckpointSaved,
     CheckpointsDiscarded,
     CountersAdopted,
+    DeathCauseLearned,
     Event,
     ExperimentRenamed,
     FirstResult,
@@ -47,6 +49,7 @@ from statemachine.domain.nodes import NodeRef
 from statemachine.domain.policy import (
     COUNT_PREEMPTION_ENV,
     RESTORE_RETRY_ENV,
+    CauseAction,
     ExhaustionAction,
     RestorePhase,
     RetryPolicy,
@@ -126,7 +129,9 @@ __all__ = [
     "EVENT_TYPES",
     "RESTORE_RETRY_ENV",
     "AbortError",
+    "ActorDeath",
     "ActorError",
+    "CauseAction",
     "CheckpointSaved",
     "CheckpointsDiscarded",
     "ConcurrencyError",
@@ -134,6 +139,8 @@ __all__ = [
     "Counters",
     "CountersAdopted",
     "CredentialsNotFoundError",
+    "DeathCause",
+    "DeathCauseLearned",
     "Decision",
     "Event",
     "EventDecodeError",

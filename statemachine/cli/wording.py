@@ -98,6 +98,13 @@ def describe_policy(policy: RetryPolicy) -> str:
     if policy.restore_phase is RestorePhase.UNTIL_FIRST_REPORT:
         parts.append("a failure after a restore and before the attempt's first result is a "
                      "restore failure (restore_phase=until_first_report)")
+    for cause, action in policy.on_cause.items():
+        budget = policy.cause_budgets.get(cause)
+        parts.append(f"on_cause {cause}={action.value}"
+                     + (f" (at most {budget})" if budget is not None else ""))
+    if policy.give_up_on_repeats is not None:
+        parts.append(f"give up after {policy.give_up_on_repeats} identical failures in a row "
+                     "at the same iteration (give_up_on_repeats)")
     return ", ".join(parts)
 
 
