@@ -82,6 +82,14 @@ class FrozenMap(Mapping[str, _V]):
     def __getitem__(self, key: str) -> _V:
         return self._items[key]
 
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of ``key``, or ``default`` (the dict's own, not ``Mapping``'s try/except:
+        a fold asks the policy's rules per cause for every actor death)."""
+        return self._items.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._items)
 
@@ -101,6 +109,10 @@ class FrozenMap(Mapping[str, _V]):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (FrozenMap, (self._items,))
+
+
+#: No rules per cause (shared: a policy is made for every new trial's state).
+_NO_RULES: FrozenMap[Any] = FrozenMap()
 
 
 def _cause_key(name: str, key: object) -> DeathCause:
@@ -201,6 +213,10 @@ class RetryPolicy:
 
     def _check_causes(self) -> None:
         """Validate ``on_cause`` and ``cause_budgets`` and freeze them (keys: cause values)."""
+        if self.on_cause == _NO_RULES and self.cause_budgets == _NO_RULES:
+            object.__setattr__(self, "on_cause", _NO_RULES)  # the common case, shared
+            object.__setattr__(self, "cause_budgets", _NO_RULES)
+            return
         if not isinstance(self.on_cause, Mapping):
             raise PolicyError(f"on_cause must map causes to actions, got {self.on_cause!r}")
         actions: dict[str, CauseAction] = {}
@@ -238,7 +254,7 @@ class RetryPolicy:
 
     def cause_action(self, cause: DeathCause) -> CauseAction:
         """What a failure whose actor died of ``cause`` does under this policy."""
-        action = self.on_cause.get(cause.value)
+        action = self.on_cause.get(cause.value) if self.on_cause else None
         if action is not None:
             return action
         if cause is DeathCause.PREEMPTED and not self.count_preemption_as_failure:

@@ -13,6 +13,8 @@ from statemachine.domain.status import Decision, Status
 
 #: Checkpoints remembered per trial, newest last; older ones fall off (bounded snapshots).
 CHECKPOINT_HISTORY = 32
+#: The policy of a new trial's state (Ray's defaults), one frozen instance shared by all.
+DEFAULT_POLICY = RetryPolicy()
 
 
 class Counters(NamedTuple):
@@ -40,7 +42,7 @@ class TrialState:
 
     trial_id: str
     status: Status = Status.NEW
-    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    policy: RetryPolicy = field(default_factory=lambda: DEFAULT_POLICY)
     failures: int = 0
     restore_failures: int = 0
     total_restore_failures: int = 0
@@ -182,7 +184,7 @@ class TrialState:
             get("unconfirmed_restore"),
             get("unconfirmed_restore_failures", 0),
             get("user_restore_failed", False),
-            tuple(sorted(get("cause_retries", {}).items())),
+            tuple(sorted(retries.items())) if (retries := get("cause_retries")) else (),
             get("repeats", 0),
             get("last_failure_iteration"),
         )
@@ -211,9 +213,14 @@ def _policy_from_dict(data: dict[str, Any]) -> RetryPolicy:
 
 
 def _value_types(data: dict[str, Any]) -> list[Any]:
-    """The types of a policy dict's values, and of the values of its maps (``cause_budgets``)."""
-    return [(type(v), [type(x) for x in v.values()]) if isinstance(v, dict) else type(v)
-            for v in data.values()]
+    """The types of a policy dict's values, and of the values of its non-empty maps (the rules
+    per cause: ``1 == True`` holds inside them too)."""
+    types: list[Any] = list(map(type, data.values()))
+    for name in ("on_cause", "cause_budgets"):
+        rules = data.get(name)
+        if rules and isinstance(rules, dict):
+            types.append([type(value) for value in rules.values()])
+    return types
 
 
 #: The last few distinct policies decoded (value, value types, policy), newest first.
