@@ -207,6 +207,19 @@ def _close_user_restore(s: TrialState) -> None:
     s.user_restore_failed = False
 
 
+def _b_record_error(s: TrialState, e: Any) -> None:
+    # The bookkeeping every failure does (record_error): the last error, where and when it
+    # happened, and how many failures in a row it repeats (give_up_on_repeats, off here).
+    err, last = e.error, s.last_error
+    same = (last is not None and s.last_failure_iteration == e.iteration
+            and last.kind == err.kind and last.cause_type == err.cause_type
+            and last.message == err.message)
+    s.repeats = 0 if e.iteration is None else s.repeats + 1 if same else 1
+    s.last_error = err
+    s.last_failure_node = e.node
+    s.last_failure_iteration = e.iteration
+
+
 def _b_start(s: TrialState, e: Any, p: RetryPolicy) -> None:
     _close_user_restore(s)
     if e.restore_from is not None or s.checkpoints:
@@ -257,7 +270,7 @@ def _b_reset(s: TrialState, e: Any, p: RetryPolicy) -> None:
 
 def _b_fail_restoring(s: TrialState, e: Any, p: RetryPolicy) -> None:
     err = e.error
-    s.last_error = err
+    _b_record_error(s, e)
     if not err.retryable or p.is_fatal(err.cause_type):
         s.failures += 1
         s.last_decision, s.status = Decision.GIVE_UP, Status.ERROR
@@ -297,7 +310,7 @@ def _b_fail_restoring(s: TrialState, e: Any, p: RetryPolicy) -> None:
 def _b_fail_active(s: TrialState, e: Any, p: RetryPolicy) -> None:
     _close_user_restore(s)
     err = e.error
-    s.last_error = err
+    _b_record_error(s, e)
     if not err.retryable or p.is_fatal(err.cause_type):
         s.failures += 1
         s.last_decision, s.status = Decision.GIVE_UP, Status.ERROR

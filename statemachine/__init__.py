@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING, Any
 from statemachine.domain.classify import classify
 from statemachine.domain.classify_text import classify_text
 from statemachine.domain.compiled import apply_compiled, fold_compiled
+from statemachine.domain.death import ActorDeath, DeathCause
 from statemachine.domain.events import (
     EVENT_TYPES,
     CheckpointSaved,
     CheckpointsDiscarded,
     CountersAdopted,
+    DeathCauseLearned,
     Event,
     ExperimentRenamed,
     FirstResult,
@@ -48,6 +50,7 @@ from statemachine.domain.nodes import NodeRef
 from statemachine.domain.policy import (
     COUNT_PREEMPTION_ENV,
     RESTORE_RETRY_ENV,
+    CauseAction,
     ExhaustionAction,
     RestorePhase,
     RetryPolicy,
@@ -133,7 +136,9 @@ __all__ = [
     "EVENT_TYPES",
     "RESTORE_RETRY_ENV",
     "AbortError",
+    "ActorDeath",
     "ActorError",
+    "CauseAction",
     "CheckpointSaved",
     "CheckpointsDiscarded",
     "ConcurrencyError",
@@ -141,6 +146,8 @@ __all__ = [
     "Counters",
     "CountersAdopted",
     "CredentialsNotFoundError",
+    "DeathCause",
+    "DeathCauseLearned",
     "Decision",
     "Event",
     "EventDecodeError",

@@ -41,6 +41,7 @@ DECISION_COLOURS: dict[str, str] = {
     Decision.RETRY_RESTORE.value: "#17becf",
     Decision.RECOVER.value: "#222222",
     Decision.RECOVER_PREEMPTED.value: "#1f77b4",
+    Decision.RECOVER_NOT_COUNTED.value: "#8c564b",
     Decision.RESTART_FROM_SCRATCH.value: "#ff7f0e",
     Decision.PREVIOUS_CHECKPOINT.value: "#9467bd",
     Decision.GIVE_UP.value: "#b00020",

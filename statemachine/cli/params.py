@@ -8,7 +8,7 @@ float that is NaN or infinite is refused, not passed on to code that would overf
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -53,3 +53,70 @@ class AtType(click.types.StringParamType):
             return parse_at(str(value))
         except BadInput as exc:
             self.fail(str(exc).removeprefix("--at "), param, ctx)
+
+
+class CauseRuleType(click.types.StringParamType):
+    """``--on-cause CAUSE=ACTION``: a rule of the policy per cause of an actor's death."""
+
+    name = "CAUSE=ACTION"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        """Parse ``value`` into ``(cause, action)`` values; one line naming what is wrong."""
+        from statemachine.domain.death import DeathCause
+        from statemachine.domain.policy import CauseAction
+
+        if isinstance(value, tuple):
+            return value
+        cause, action = _pair(self, str(value), "CAUSE=ACTION", param, ctx)
+        causes = [c.value for c in DeathCause]
+        if cause not in causes:
+            self.fail(f"unknown cause {cause!r}; causes: {', '.join(causes)}.", param, ctx)
+        actions = [a.value for a in CauseAction]
+        if action not in actions:
+            self.fail(f"unknown action {action!r} for {cause}; actions: {', '.join(actions)}.",
+                      param, ctx)
+        return cause, action
+
+
+class CauseBudgetType(click.types.StringParamType):
+    """``--cause-budget CAUSE=N``: how many failures of a cause are retried uncounted."""
+
+    name = "CAUSE=N"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        """Parse ``value`` into ``(cause, n)``; one line naming what is wrong."""
+        from statemachine.domain.death import DeathCause
+
+        if isinstance(value, tuple):
+            return value
+        cause, number = _pair(self, str(value), "CAUSE=N", param, ctx)
+        causes = [c.value for c in DeathCause]
+        if cause not in causes:
+            self.fail(f"unknown cause {cause!r}; causes: {', '.join(causes)}.", param, ctx)
+        budget = count(0, 2**31 - 1).convert(cast(Any, number), param, ctx)
+        return cause, budget
+
+
+class RepeatsType(click.types.StringParamType):
+    """``--give-up-on-repeats N|off``: at least 2 identical failures in a row, or off."""
+
+    name = "N|off"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        """``off`` or an integer from 2: returned as ``0`` (off) or the integer."""
+        if isinstance(value, int):
+            return value
+        if str(value).strip().lower() == "off":
+            return 0
+        return count(2, 2**31 - 1).convert(value, param, ctx)
+
+
+def _pair(kind: click.types.StringParamType, value: str, form: str, param: click.Parameter | None,
+          ctx: click.Context | None) -> tuple[str, str]:
+    name, sep, rest = value.partition("=")
+    if not sep or not name.strip() or not rest.strip():
+        kind.fail(f"{value!r} is not {form}.", param, ctx)
+    return name.strip(), rest.strip()

@@ -2,29 +2,63 @@
 
 The recorded outcome is the fold with the policies the log recorded; the hypothetical one
 folds the same events with the changed fields applied on top of whatever policy was in force
-at each event. When the hypothetical trial reaches a state where the next recorded event could
-not have happened (it gave up earlier, say), the replay is cut there and says so.
+at each event (the rules per cause, ``on_cause`` and ``cause_budgets``, merged into that
+policy's own: :func:`hypothetical`). When the hypothetical trial reaches a state where the
+next recorded event could not have happened (it gave up earlier, say), the replay is cut
+there and says so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from statemachine.cli.output import counted
 from statemachine.domain.compiled import apply_compiled
+from statemachine.domain.death import DeathCause
 from statemachine.domain.events import (
+    DeathCauseLearned,
     Event,
     FirstResult,
     RestoreSucceeded,
     TrialFailed,
     TrialStarted,
 )
-from statemachine.domain.policy import RestorePhase, RetryPolicy
+from statemachine.domain.failures import ActorError
+from statemachine.domain.policy import CauseAction, RestorePhase, RetryPolicy
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Decision, Status
 from statemachine.exceptions import InvalidTransitionError
+
+
+def hypothetical(policy: RetryPolicy, changes: Mapping[str, Any]) -> RetryPolicy:
+    """``policy`` with ``changes`` applied (raises ``PolicyError``, one line, if invalid).
+
+    ``on_cause`` and ``cause_budgets`` are merged into the policy's own, entry by entry; a
+    budget of the policy's own whose cause is no longer retried uncounted goes with it (a
+    budget given in ``changes`` is kept, and refused if its cause is not retried uncounted).
+    """
+    values = dict(changes)
+    if "on_cause" in values or "cause_budgets" in values:
+        on_cause = {**policy.on_cause, **values.get("on_cause", {})}
+        uncounted = {c for c, a in on_cause.items()
+                     if CauseAction(a) is CauseAction.RETRY_NOT_COUNTED}
+        kept = {c: n for c, n in policy.cause_budgets.items() if c in uncounted}
+        values["on_cause"] = on_cause
+        values["cause_budgets"] = {**kept, **values.get("cause_budgets", {})}
+    return policy.replace(**values)
+
+
+def json_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
+    """The changes as JSON values (enums as their values)."""
+    def plain(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: plain(v) for k, v in value.items()}
+        return value.value if isinstance(value, Enum) else value
+
+    return {k: plain(v) for k, v in changes.items()}
 
 
 def outcome(state: TrialState, failed_events: int) -> str:
@@ -113,7 +147,7 @@ def what_if(trial_id: str, events: Sequence[Event], changes: Mapping[str, Any]) 
     for index, event in enumerate(events):
         policy = overrides.get(hypo.policy)
         if policy is None:
-            policy = overrides.setdefault(hypo.policy, hypo.policy.replace(**changes))
+            policy = overrides.setdefault(hypo.policy, hypothetical(hypo.policy, changes))
         try:
             apply_compiled(hypo, event, policy)
         except InvalidTransitionError:
@@ -144,6 +178,7 @@ def what_if(trial_id: str, events: Sequence[Event], changes: Mapping[str, Any]) 
         note += ("; this log records no first result (written before FirstResult events, or "
                  "no attempt reported): every failure after a restore counts as before the "
                  "first result")
+    note += _unknowns(events, changes)
     return WhatIfTrial(
         trial_id,
         summarize(recorded, recorded_failures),
@@ -153,6 +188,28 @@ def what_if(trial_id: str, events: Sequence[Event], changes: Mapping[str, Any]) 
         note,
         on_failed,
     )
+
+
+def _unknowns(events: Sequence[Event], changes: Mapping[str, Any]) -> str:
+    """What the log does not hold that the changed rules read: the causes of actor deaths
+    (``on_cause``), the training iteration of failures (``give_up_on_repeats``)."""
+    note = ""
+    failures = [e for e in events if isinstance(e, TrialFailed)]
+    if "on_cause" in changes or "cause_budgets" in changes:
+        learned = {e.failure_seq for e in events if isinstance(e, DeathCauseLearned)}
+        unknown = sum(isinstance(e.error, ActorError) and e.error.cause is DeathCause.UNKNOWN
+                      for e in failures)
+        if unknown:
+            note += (f"; {counted(unknown, 'actor failure')} of unknown cause (follow "
+                     "on_cause unknown)")
+            if learned:
+                note += (", a cause learned later does not change its decision (it was "
+                         "taken without it)")
+    if changes.get("give_up_on_repeats") and any(e.iteration is None for e in failures):
+        missing = sum(e.iteration is None for e in failures)
+        note += (f"; {counted(missing, 'failure')} without a recorded training iteration "
+                 "(a log written before TrialFailed version 3): never counted as a repeat")
+    return note
 
 
 def _decided(state: TrialState) -> str:

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from statemachine.domain.death import DeathCause
 from statemachine.domain.events import (
     CheckpointSaved,
     CheckpointsDiscarded,
     CountersAdopted,
+    DeathCauseLearned,
     Event,
     ExperimentRenamed,
     FirstResult,
@@ -33,7 +35,7 @@ from statemachine.domain.events import (
     TrialStarted,
     TrialStopped,
 )
-from statemachine.domain.failures import ActorError, RestoreError
+from statemachine.domain.failures import ActorError, RestoreError, TrialError
 from statemachine.domain.machine import TransitionRecord
 from statemachine.domain.nodes import NodeRef, short_node_id
 from statemachine.domain.policy import RestorePhase, RetryPolicy
@@ -96,6 +98,13 @@ def describe_policy(policy: RetryPolicy) -> str:
     if policy.restore_phase is RestorePhase.UNTIL_FIRST_REPORT:
         parts.append("a failure after a restore and before the attempt's first result is a "
                      "restore failure (restore_phase=until_first_report)")
+    for cause, action in policy.on_cause.items():
+        budget = policy.cause_budgets.get(cause)
+        parts.append(f"on_cause {cause}={action.value}"
+                     + (f" (at most {budget})" if budget is not None else ""))
+    if policy.give_up_on_repeats is not None:
+        parts.append(f"give up after {policy.give_up_on_repeats} identical failures in a row "
+                     "at the same iteration (give_up_on_repeats)")
     return ", ".join(parts)
 
 
@@ -132,7 +141,18 @@ def _checkpoint(name: str | None) -> str:
 def _cause(event: TrialFailed) -> str:
     error = event.error
     message = f": {error.message}" if error.message else ""
-    return f"{error.kind} ({error.cause_type}{message})"
+    return f"{_kind(error)} ({error.cause_type}{message})"
+
+
+def _kind(error: TrialError) -> str:
+    """``ActorError, node died (unexpected termination: health check failed)``: an actor
+    failure with why its actor died (a bare preemption says nothing more than its number)."""
+    if not isinstance(error, ActorError):
+        return error.kind
+    death = error.death
+    if death.cause is DeathCause.PREEMPTED and not (death.ray_reason or death.node_message):
+        return error.kind
+    return f"{error.kind}, {death.describe()}"
 
 
 # ---------------------------------------------------------------- a failure
@@ -156,13 +176,20 @@ def _failure_head(f: Folded, event: TrialFailed) -> str:
         return f"Restore failure # {numbers.restore_failure}{where} ({detail}): {cause}."
     if numbers.preemption is not None:
         return f"Preemption # {numbers.preemption}{where}: {cause}."
+    if numbers.cause_retry is not None:
+        return (f"Uncounted {_cause_name(event.error)} # {numbers.cause_retry}{where}: "
+                f"{cause}.")
     error = event.error
+    if name == RuleName.CAUSE_FATAL:
+        return f"Actor died{where}, a cause the policy does not retry: {cause}."
     if isinstance(error, RestoreError):
         return (f"Failure inside restoring(){where} with no restore to retry (no checkpoint "
                 f"restored, or after the attempt's first result): {cause}; counted as a "
                 "training failure.")
     if isinstance(error, ActorError) and error.preempted:
         return f"Preemption{where}, counted as a failure: {cause}."
+    if isinstance(error, ActorError):
+        return f"Actor died{where}: {cause}."
     head = f"Training failure{where}: {cause}."
     if restore_unconfirmed(f.before):
         head += (" It came after Ray's restore and before the attempt's first result: if it "
@@ -183,6 +210,25 @@ def _give_up_why(f: Folded) -> str:
     if name == RuleName.PREEMPTED_GIVE_UP:
         return (f"the preemption budget or failure budget is spent ({numbers.preemption} "
                 "preemptions)")
+    if name == RuleName.CAUSE_FATAL:
+        cause = _cause_name(f.record.error)
+        return (f"{cause} is not retried, rule {cause} (on_cause {cause}=give_up; counted as "
+                f"{_budget(numbers.failure, policy)})")
+    if name == RuleName.CAUSE_GIVE_UP:
+        cause = _cause_name(f.record.error)
+        budget = policy.cause_budgets.get(cause)
+        spent = f"its budget of {budget}" if budget is not None else "no budget"
+        return (f"not counted, rule {cause} (on_cause {cause}=retry_not_counted, {spent}), "
+                f"but the {cause} budget or the failure budget is spent "
+                f"({f.before.failures} failures, max_failures {policy.max_failures})")
+    if name == RuleName.REPEATED:
+        error = f.record.error
+        assert error is not None
+        at = f.after.last_failure_iteration
+        return (f"the same failure ({error.cause_type}: {error.message}) at iteration {at}, "
+                f"{f.after.repeats} times in a row, is not worth a retry "
+                f"(give_up_on_repeats={policy.give_up_on_repeats}; counted as "
+                f"{_budget(numbers.failure, policy)})")
     why = f"failure {numbers.failure} exceeds max_failures {policy.max_failures}"
     if name in RESTORE_RULES:
         why = f"the restore retries are spent and {why}"
@@ -201,6 +247,10 @@ def _failure_tail(f: Folded) -> str:
         Decision.RECOVER_PREEMPTED: lambda: (
             f"Decision RECOVER_PREEMPTED: not counted as a failure (preemptions "
             f"{numbers.preemption}); start again from {latest}."),
+        Decision.RECOVER_NOT_COUNTED: lambda: (
+            f"Decision RECOVER_NOT_COUNTED: not counted as a failure, rule "
+            f"{_cause_name(f.record.error)} ({_uncounted_budget(f)}); start again from "
+            f"{latest}."),
         Decision.RECOVER: lambda: (
             f"Decision RECOVER: counted as {_budget(numbers.failure, policy)}; start again "
             f"from {latest}."),
@@ -216,6 +266,19 @@ def _failure_tail(f: Folded) -> str:
     if after.excluded_nodes and after.excluded_nodes != f.before.excluded_nodes:
         tail += f" The retry avoids {_node_ids(after.excluded_nodes)}."
     return tail
+
+
+def _cause_name(error: TrialError | None) -> str:
+    """The cause an actor failure died of, as the policy's rules name it."""
+    return error.cause.value if isinstance(error, ActorError) else "unknown"
+
+
+def _uncounted_budget(f: Folded) -> str:
+    """``on_cause node_died=retry_not_counted, at most 3``."""
+    cause = _cause_name(f.record.error)
+    budget = f.after.policy.cause_budgets.get(cause)
+    limit = f"at most {budget}" if budget is not None else "no limit"
+    return f"on_cause {cause}=retry_not_counted, {limit}"
 
 
 def _failed(f: Folded, event: TrialFailed) -> str:
@@ -244,6 +307,12 @@ def _restored(f: Folded, event: RestoreSucceeded) -> str:
         return ("Ray's restore returned; until the attempt's first result a failure is still "
                 "one of this restore (restore_phase=until_first_report).")
     return "Restored from its checkpoint; the restore retry counter goes back to 0."
+
+
+def _learned(f: Folded, event: DeathCauseLearned) -> str:
+    source = f" ({event.source})" if event.source else ""
+    return (f"Ray told later{source} why the actor of the failure at seq {event.failure_seq} "
+            f"died: {event.death.describe()}. That failure stays decided as it was.")
 
 
 def _first_result(f: Folded, event: FirstResult) -> str:
@@ -317,6 +386,7 @@ _WORDS: dict[type[Event], Callable[[Folded, Any], str]] = {
     CountersAdopted: _adopted,
     TrialRecreated: _recreated,
     TrialFailed: _failed,
+    DeathCauseLearned: _learned,
 }
 
 

@@ -13,6 +13,7 @@ import traceback as tb
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from statemachine.domain.death import PREEMPTED_DEATH, UNKNOWN_DEATH, ActorDeath
 from statemachine.domain.failures import (
     AbortError,
     ActorError,
@@ -41,9 +42,14 @@ class Raised:
         traceback: the traceback text the wrapper carried (``None``: formatted from
             ``exception``).
         preempted: for an actor that died, whether its node was preempted (``None``: not an
-            actor death).
+            actor death, unless ``death`` says it is).
         carried: a typed failure raised in the trial's own process and carried as it was
             (``statemachine.tune.restoring()``), taken whatever the phase.
+        death: for an actor that died, why, as far as Ray told
+            (:mod:`statemachine.domain.ray_causes` reads it from Ray's words); ``None``: not
+            known here (an actor death with only ``preempted`` is ``preempted`` or
+            ``unknown``). Ray raises some actor deaths as errors of their own
+            (``OutOfMemoryError``): a ``death`` makes them actor failures too.
     """
 
     exception: BaseException
@@ -51,6 +57,15 @@ class Raised:
     traceback: str | None = None
     preempted: bool | None = None
     carried: TrialError | None = None
+    death: ActorDeath | None = None
+
+    def actor_death(self) -> ActorDeath | None:
+        """The actor death this exception reports (``None``: not an actor death)."""
+        if self.death is not None:
+            return self.death
+        if self.preempted is None:
+            return None
+        return PREEMPTED_DEATH if self.preempted else UNKNOWN_DEATH
 
 
 def _type_names(exc: BaseException) -> set[str]:
@@ -74,8 +89,8 @@ def classify_raised(
     type (or any base, by short or qualified name, of the exception or its cause) is listed in
     ``fatal_types`` or is Tune's ``_AbortTrialExecution`` becomes :class:`AbortError`;
     anything raised while ``RESTORING`` is a :class:`RestoreError`; an actor death becomes
-    :class:`ActorError` with its ``preempted`` flag; anything else is a
-    :class:`TrainingError`.
+    :class:`ActorError` with its death (cause, Ray's reason words, the node's message);
+    anything else is a :class:`TrainingError`.
     """
     if raised.carried is not None:  # as it was raised: a plain copy, never a wrapper's dual
         return TrialError.from_dict(raised.carried.to_dict())
@@ -88,8 +103,9 @@ def classify_raised(
         return AbortError(cause_type, message, traceback_text)
     if phase is Status.RESTORING:
         return RestoreError(cause_type, message, traceback_text)
-    if raised.preempted is not None:
-        return ActorError(cause_type, message, traceback_text, preempted=raised.preempted)
+    death = raised.actor_death()
+    if death is not None:
+        return ActorError(cause_type, message, traceback_text, death=death)
     return TrainingError(cause_type, message, traceback_text)
 
 

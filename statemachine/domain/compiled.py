@@ -18,7 +18,12 @@ from typing import Any, cast
 from transitions import Machine
 
 from statemachine.domain.events import Event, TrialFailed, with_policy
-from statemachine.domain.machine import MACHINE, RuleTransition, TransitionRecord
+from statemachine.domain.machine import (
+    MACHINE,
+    RuleTransition,
+    TransitionRecord,
+    cause_retries_of,
+)
 from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.rules import Rule
 from statemachine.domain.state import TrialState
@@ -121,7 +126,7 @@ def apply_compiled(
         if isinstance(event, TrialFailed):
             return _record((
                 state.trial_id, event.type_name, before, state.status, state.last_decision,
-                state.counters, event.error, rule,
+                state.counters, event.error, rule, cause_retries_of(state, event, rule),
             ))  # fmt: skip
         if (
             previous is not None
@@ -135,7 +140,7 @@ def apply_compiled(
             return previous
         return _record((
             state.trial_id, event.type_name, before, state.status, None, state.counters, None,
-            rule,
+            rule, None,
         ))  # fmt: skip
     raise InvalidTransitionError(state.trial_id, before.value, event.type_name)
 

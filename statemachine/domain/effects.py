@@ -16,11 +16,13 @@ from statemachine.domain.events import (
     CheckpointsDiscarded,
     CountersAdopted,
     PolicySet,
+    TrialFailed,
     TrialRecreated,
     TrialReset,
     TrialStarted,
 )
-from statemachine.domain.guards import policy_of, state_of
+from statemachine.domain.failures import ActorError
+from statemachine.domain.guards import policy_of, repeats_with, state_of
 from statemachine.domain.policy import RestorePhase
 from statemachine.domain.state import CHECKPOINT_HISTORY, TrialState
 from statemachine.domain.status import Decision
@@ -36,11 +38,15 @@ def _restore_target(ed: EventData, state: TrialState) -> str | None:
 
 
 def record_error(ed: EventData) -> None:
-    """Remember the failure as the trial's last error, and where it happened."""
+    """Remember the failure as the trial's last error: where and at which training iteration
+    it happened, and how many failures in a row it repeats."""
     state = state_of(ed)
     event = ed.kwargs["event"]
+    assert isinstance(event, TrialFailed)
+    state.repeats = repeats_with(state, event)
     state.last_error = event.error
     state.last_failure_node = event.node
+    state.last_failure_iteration = event.iteration
 
 
 def count_failure(ed: EventData) -> None:
@@ -76,6 +82,17 @@ def exclude_failed_node(ed: EventData) -> None:
 def count_preemption(ed: EventData) -> None:
     """One more uncounted preemption."""
     state_of(ed).preemptions += 1
+
+
+def count_cause_retry(ed: EventData) -> None:
+    """One more failure of this actor death's cause retried without counting it."""
+    error = ed.kwargs["event"].error
+    assert isinstance(error, ActorError)
+    state = state_of(ed)
+    cause = error.death.cause.value
+    counts = dict(state.cause_retries)
+    counts[cause] = counts.get(cause, 0) + 1
+    state.cause_retries = tuple(sorted(counts.items()))
 
 
 def begin_restore(ed: EventData) -> None:
@@ -195,9 +212,10 @@ def set_policy(ed: EventData) -> None:
 def reset_trial(ed: EventData) -> None:
     """An ended trial is queued again.
 
-    As Ray's ``resume_errored``, the failure counters are kept and only the (unpersisted)
-    restore episode is forgotten; as ``restart_errored`` (``from_scratch``), which builds a
-    fresh ``Trial``, the checkpoints and the failure budgets start anew as well.
+    As Ray's ``resume_errored``, the failure counters are kept (the failures in a row too:
+    the same failure again is one more) and only the (unpersisted) restore episode is
+    forgotten; as ``restart_errored`` (``from_scratch``), which builds a fresh ``Trial``, the
+    checkpoints and the failure budgets start anew as well.
     """
     event = ed.kwargs["event"]
     assert isinstance(event, TrialReset)
@@ -206,6 +224,8 @@ def reset_trial(ed: EventData) -> None:
         state.checkpoints = ()
         state.failures = 0
         state.preemptions = 0
+        state.cause_retries = ()
+        state.repeats = 0
     state.restore_failures = 0
     state.restoring_from = None
     state.excluded_nodes = ()
@@ -238,6 +258,9 @@ def recreate_trial(ed: EventData) -> None:
     state.unconfirmed_restore = None
     state.unconfirmed_restore_failures = 0
     state.user_restore_failed = False
+    state.cause_retries = ()
+    state.repeats = 0
+    state.last_failure_iteration = None
     state.incarnation += 1
 
 
@@ -262,4 +285,5 @@ COUNTED: dict[Effect, tuple[str, ...]] = {
     count_restore_retry: ("restore_failures", "total_restore_failures"),
     count_exhausted_restore: ("total_restore_failures",),
     count_preemption: ("preemptions",),
+    count_cause_retry: ("cause_retries",),
 }

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from statemachine.domain.death import UNKNOWN_DEATH, ActorDeath
 from statemachine.domain.failures import TrialError
 from statemachine.domain.nodes import NodeRef
 from statemachine.domain.policy import RetryPolicy
@@ -67,7 +68,7 @@ _FIELD_NAMES: dict[type[Event], tuple[str, ...]] = {}
 
 
 def _to_json(value: Any) -> Any:
-    if isinstance(value, (TrialError, RetryPolicy, NodeRef)):
+    if isinstance(value, (TrialError, RetryPolicy, NodeRef, ActorDeath)):
         return value.to_dict()
     if isinstance(value, tuple):
         return list(value)
@@ -141,6 +142,16 @@ def _converter(type_name: str, name: str, hint: Any) -> _Convert:
                 raise bad(value)
             try:
                 return NodeRef.from_dict(value)
+            except EventDecodeError as exc:
+                raise EventDecodeError(f"event {type_name!r} field {name!r}: {exc}") from None
+
+    elif hint is ActorDeath:
+
+        def convert(value: Any) -> Any:
+            if not isinstance(value, Mapping):
+                raise bad(value)
+            try:
+                return ActorDeath.from_dict(value)
             except EventDecodeError as exc:
                 raise EventDecodeError(f"event {type_name!r} field {name!r}: {exc}") from None
 
@@ -274,15 +285,20 @@ class TrialFailed(Event):
     """The trial failed; ``error`` says which part failed and why.
 
     ``node`` (version 2) is where it failed, as far as Ray told (``None``: not known).
+    Version 3: an ``ActorError`` carries its death (cause, Ray's reason words, the node's
+    message; one of an older version reads as ``preempted`` or ``unknown``), and
+    ``iteration`` is the ``training_iteration`` of the trial's last result when it failed
+    (0: no result yet; ``None``: not recorded), what ``give_up_on_repeats`` compares.
     """
 
     type_name = "TrialFailed"
-    version = 2
+    version = 3
     trigger = "fail"
     required = ("error",)
-    since = {"node": 2}
+    since = {"node": 2, "iteration": 3}
     error: TrialError
     node: NodeRef | None = None
+    iteration: int | None = None
 
 
 @dataclass(frozen=True)
@@ -302,10 +318,11 @@ class PolicySet(Event):
 
     Version 2: the policy may carry ``avoid_failed_nodes`` and ``avoid_nodes_wait_s`` (a
     version 1 policy lacks them: they take their defaults). Version 3: ``restore_phase``.
+    Version 4: ``on_cause``, ``cause_budgets`` and ``give_up_on_repeats``.
     """
 
     type_name = "PolicySet"
-    version = 3
+    version = 4
     trigger = "set_policy"
     required = ("policy",)
     policy: RetryPolicy = field(default_factory=RetryPolicy)
@@ -427,6 +444,26 @@ class FirstResult(Event):
     iteration: int | None = None
 
 
+@dataclass(frozen=True)
+class DeathCauseLearned(Event):
+    """Why the actor of an earlier failure died, learned after that failure was recorded.
+
+    The Ray adapter records it when Ray's state API (or its node table) answers after the
+    failure at ``failure_seq`` (the trial's sequence number of that ``TrialFailed``) was
+    decided without the cause. It changes nothing in the fold (no status, counter, decision,
+    nor the trial's last error): that failure stays decided as it was. Whoever words or
+    tallies failures reads the cause from it (``explain``, ``nodes``). ``source`` says where
+    the cause came from (``state_api``, ``node_table``).
+    """
+
+    type_name = "DeathCauseLearned"
+    trigger = "learn_cause"
+    required = ("failure_seq", "death")
+    failure_seq: int = 0
+    death: ActorDeath = UNKNOWN_DEATH
+    source: str = ""
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type_name: cls
     for cls in (
@@ -448,6 +485,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         TrialRecreated,
         ExperimentRenamed,
         FirstResult,
+        DeathCauseLearned,
     )
 }
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from statemachine.domain.death import PREEMPTED_DEATH, UNKNOWN_DEATH, ActorDeath, DeathCause
 from statemachine.exceptions import EventDecodeError
 
 
@@ -54,11 +55,9 @@ class TrialError(Exception):
             ):
                 raise TypeError("cause_type, message and traceback must be strings")
             if cls is ActorError:
-                if not isinstance(data["preempted"], bool):
-                    raise TypeError("preempted must be true or false")
-                return ActorError(cause_type, message, traceback, preempted=data["preempted"])
+                return ActorError._from_dict(cause_type, message, traceback, data)
             return cls(cause_type, message, traceback)
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:
             raise EventDecodeError(
                 f"invalid failure record {data!r}: missing, unknown or mistyped field {exc}"
             ) from None
@@ -89,22 +88,68 @@ class TrainingError(TrialError):
 
 
 class ActorError(TrialError):
-    """The trial's actor or its node died while running; ``preempted`` if the node was preempted."""
+    """The trial's actor or its node died; ``death`` says why, as far as Ray told.
+
+    ``death.cause`` is one of :class:`~statemachine.domain.death.DeathCause` (``unknown``
+    when Ray gave none); ``preempted`` is Ray's ``RayActorError.preempted``, true exactly when
+    the cause is ``preempted``. ``ActorError(..., preempted=True)`` alone is a preemption Ray
+    said nothing more about.
+    """
 
     kind = "ActorError"
 
     def __init__(
-        self, cause_type: str, message: str, traceback: str = "", *, preempted: bool = False
+        self,
+        cause_type: str,
+        message: str,
+        traceback: str = "",
+        *,
+        preempted: bool = False,
+        death: ActorDeath | None = None,
     ) -> None:
         super().__init__(cause_type, message, traceback)
-        self.preempted = preempted
+        if death is None:
+            death = PREEMPTED_DEATH if preempted else UNKNOWN_DEATH
+        elif preempted and death.cause is not DeathCause.PREEMPTED:
+            raise ValueError(f"preempted contradicts the cause {death.cause.value!r}")
+        self.death = death
+
+    @property
+    def preempted(self) -> bool:
+        """Whether the actor's node was preempted (Ray's ``RayActorError.preempted``)."""
+        return self.death.cause is DeathCause.PREEMPTED
+
+    @property
+    def cause(self) -> DeathCause:
+        """Why the actor died (``unknown``: Ray gave no cause)."""
+        return self.death.cause
+
+    def with_death(self, death: ActorDeath) -> ActorError:
+        """This failure with ``death`` learned later (the amendment of a cause)."""
+        return ActorError(self.cause_type, self.message, self.traceback, death=death)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form of this failure, with the ``preempted`` flag."""
-        return {**super().to_dict(), "preempted": self.preempted}
+        """The JSON form of this failure, with ``preempted`` and the death's fields."""
+        return {**super().to_dict(), "preempted": self.preempted, **self.death.to_dict()}
+
+    @staticmethod
+    def _from_dict(
+        cause_type: str, message: str, traceback: str, data: dict[str, Any]
+    ) -> ActorError:
+        """An actor failure from its JSON form; one written before causes were recorded
+        (``TrialFailed`` version 1 or 2) has only ``preempted``: ``preempted`` or ``unknown``."""
+        preempted = data["preempted"]
+        if not isinstance(preempted, bool):
+            raise TypeError("preempted must be true or false")
+        death = None
+        if "cause" in data:
+            death = ActorDeath.from_dict({k: data[k] for k in ("cause", "ray_reason",
+                                                                "node_message") if k in data})
+        return ActorError(cause_type, message, traceback, preempted=preempted, death=death)
 
     def __repr__(self) -> str:
-        return f"ActorError({self.cause_type!r}, {self.message!r}, preempted={self.preempted})"
+        return (f"ActorError({self.cause_type!r}, {self.message!r}, "
+                f"cause={self.death.cause.value})")
 
 
 class AbortError(TrialError):

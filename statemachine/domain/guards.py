@@ -13,9 +13,10 @@ from typing import cast
 
 from transitions import EventData
 
+from statemachine.domain.death import DeathCause
 from statemachine.domain.events import TrialFailed, TrialStarted
 from statemachine.domain.failures import ActorError, RestoreError, TrialError
-from statemachine.domain.policy import ExhaustionAction, RestorePhase, RetryPolicy
+from statemachine.domain.policy import CauseAction, ExhaustionAction, RestorePhase, RetryPolicy
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Status
 
@@ -94,14 +95,62 @@ def failures_within(ed: EventData) -> bool:
     return policy_of(ed).within_max_failures(state_of(ed).failures)
 
 
+def cause_of(error: TrialError) -> DeathCause | None:
+    """The cause of an actor's death (``None``: the failure is not an actor death)."""
+    return error.death.cause if isinstance(error, ActorError) else None
+
+
+def cause_fatal(ed: EventData) -> bool:
+    """An actor death whose cause the policy does not retry (``on_cause`` give_up)."""
+    cause = cause_of(error_of(ed))
+    return cause is not None and policy_of(ed).cause_action(cause) is CauseAction.GIVE_UP
+
+
+def repeats_with(state: TrialState, event: TrialFailed) -> int:
+    """How many failures in a row ``event``'s failure makes: the same kind, type and message
+    at the same training iteration as the trial's last failure add one, another failure
+    starts again at 1, and a failure whose iteration was not recorded is no repeat (0)."""
+    error, last = event.error, state.last_error
+    if event.iteration is None:
+        return 0
+    if (
+        last is None
+        or state.last_failure_iteration != event.iteration
+        or last.kind != error.kind
+        or last.cause_type != error.cause_type
+        or last.message != error.message
+    ):
+        return 1
+    return state.repeats + 1
+
+
+def repeated_failure(ed: EventData) -> bool:
+    """The failure repeats the last one for the ``give_up_on_repeats``-th time in a row."""
+    limit = policy_of(ed).give_up_on_repeats
+    return limit is not None and repeats_with(state_of(ed), ed.kwargs["event"]) >= limit
+
+
 def uncounted_preemption(ed: EventData) -> bool:
-    """A preempted actor, and the policy does not count preemptions as failures."""
+    """A preempted actor, and the policy retries preemptions without counting them (the
+    default unless ``count_preemption_as_failure``; ``on_cause`` may say otherwise)."""
+    return cause_of(error_of(ed)) is DeathCause.PREEMPTED and policy_of(ed).cause_action(
+        DeathCause.PREEMPTED) is CauseAction.RETRY_NOT_COUNTED
+
+
+def uncounted_cause(ed: EventData) -> bool:
+    """An actor death of another cause than preemption, which the policy retries without
+    counting it (``on_cause`` retry_not_counted)."""
+    cause = cause_of(error_of(ed))
+    return (cause is not None and cause is not DeathCause.PREEMPTED
+            and policy_of(ed).cause_action(cause) is CauseAction.RETRY_NOT_COUNTED)
+
+
+def cause_budget_left(ed: EventData) -> bool:
+    """The cause's own budget (``cause_budgets``, if any) allows one more uncounted retry."""
     error = error_of(ed)
-    return (
-        isinstance(error, ActorError)
-        and error.preempted
-        and not policy_of(ed).count_preemption_as_failure
-    )
+    assert isinstance(error, ActorError)
+    limit = policy_of(ed).cause_budget(error.death.cause)
+    return limit is None or state_of(ed).cause_retry_count(error.death.cause.value) + 1 <= limit
 
 
 def preemption_budget_left(ed: EventData) -> bool:

@@ -32,6 +32,7 @@ from statemachine.domain.effects import (
     begin_restore,
     close_user_restore,
     continue_user_restore,
+    count_cause_retry,
     count_exhausted_restore,
     count_failure,
     count_preemption,
@@ -53,6 +54,8 @@ from statemachine.domain.effects import (
 from statemachine.domain.events import Event, TrialFailed
 from statemachine.domain.failures import TrialError
 from statemachine.domain.guards import (
+    cause_budget_left,
+    cause_fatal,
     failures_within,
     has_checkpoint,
     has_older_checkpoint,
@@ -60,7 +63,9 @@ from statemachine.domain.guards import (
     next_failure_within,
     on_exhausted,
     preemption_budget_left,
+    repeated_failure,
     restore_retry_left,
+    uncounted_cause,
     uncounted_preemption,
     user_restore_failure,
 )
@@ -78,7 +83,7 @@ logging.getLogger("transitions").setLevel(logging.WARNING)
 #: that can change a fold's result (a state or a record) for some history; then record it
 #: with ``UPDATE_GOLDEN=1 python -m pytest tests/domain/test_domain_machine_revision.py``.
 #: That golden test fails when the machine changes and this number does not.
-MACHINE_REVISION = 1
+MACHINE_REVISION = 2
 
 
 class TransitionRecord(NamedTuple):
@@ -86,7 +91,9 @@ class TransitionRecord(NamedTuple):
 
     An immutable named tuple (it is built once per recorded event: a tuple is several
     times cheaper to make than a frozen dataclass). ``rule`` is the transition of the
-    machine that fired (derived as the event folds, never stored in the log).
+    machine that fired (derived as the event folds, never stored in the log);
+    ``cause_retries``, for a failure whose rule retried its cause uncounted, that cause's
+    uncounted retries after it (a counter of the state, not of :class:`Counters`).
     """
 
     trial_id: str
@@ -97,12 +104,13 @@ class TransitionRecord(NamedTuple):
     counters: Counters
     error: TrialError | None = None
     rule: Rule | None = None
+    cause_retries: int | None = None
 
     def numbers(self) -> FailureNumbers:
         """The numbers of this failure: the counters the rule that fired incremented."""
         if self.rule is None:
             return FailureNumbers(None, None, None, None)
-        return self.rule.numbers(self.counters)
+        return self.rule.numbers(self.counters, self.cause_retries)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form of this record."""
@@ -115,6 +123,7 @@ class TransitionRecord(NamedTuple):
             "counters": self.counters._asdict(),
             "error": self.error.to_dict() if self.error else None,
             "rule": str(self.rule.name) if self.rule else None,
+            "cause_retries": self.cause_retries,
         }
 
 
@@ -171,16 +180,24 @@ def _training_rules() -> list[dict[str, Any]]:
     """A failure while starting or training. Ray's _actor_failed sets a PENDING or PAUSED
     trial whose actor died to RUNNING and then handles the failure like any other, so they
     follow the training rules. Each first confirms a restore held aside: the failure was
-    not in the restore."""
+    not in the restore. The rules of a cause (``on_cause``) and of repeats
+    (``give_up_on_repeats``) hold for no failure under Ray's own policy."""
     active = [Status.PENDING, Status.RUNNING, Status.PAUSED]
+    give_up = [record_error, count_failure, decide(Decision.GIVE_UP)]
     rules: list[tuple[RuleName, Status, list[Any], list[Effect]]] = [
-        (RuleName.FATAL, Status.ERROR, [is_fatal],
-         [record_error, count_failure, decide(Decision.GIVE_UP)]),
+        (RuleName.FATAL, Status.ERROR, [is_fatal], give_up),
+        (RuleName.CAUSE_FATAL, Status.ERROR, [cause_fatal], give_up),
+        (RuleName.REPEATED, Status.ERROR, [repeated_failure], give_up),
         (RuleName.PREEMPTED_RECOVER, Status.PENDING,
          [uncounted_preemption, preemption_budget_left, failures_within],
          [record_error, count_preemption, decide(Decision.RECOVER_PREEMPTED)]),
         (RuleName.PREEMPTED_GIVE_UP, Status.ERROR, [uncounted_preemption],
          [record_error, count_preemption, decide(Decision.GIVE_UP)]),
+        (RuleName.CAUSE_RECOVER, Status.PENDING,
+         [uncounted_cause, cause_budget_left, failures_within],
+         [record_error, count_cause_retry, decide(Decision.RECOVER_NOT_COUNTED)]),
+        (RuleName.CAUSE_GIVE_UP, Status.ERROR, [uncounted_cause],
+         [record_error, count_cause_retry, decide(Decision.GIVE_UP)]),
         (RuleName.RECOVER, Status.PENDING, [next_failure_within],
          [record_error, count_failure, decide(Decision.RECOVER)]),
         (RuleName.GIVE_UP, Status.ERROR, [],
@@ -227,6 +244,8 @@ def transition_table() -> list[dict[str, Any]]:
         dict(trigger="recreate", source=list(ENDED), dest=Status.PENDING,
              before=[recreate_trial]),
         dict(trigger="note_rename", source=every, dest=None),
+        # learn_cause: a record of a cause learned late; it changes nothing in the fold
+        dict(trigger="learn_cause", source=every, dest=None),
     ]
     failures = [*_restore_rules([Status.RESTORING]), *_user_restore_rules(), *_training_rules()]
     table += [dict(trigger="fail", **spec) for spec in failures]
@@ -309,6 +328,7 @@ def apply(
         raise InvalidTransitionError(state.trial_id, before.value, event.type_name)
     state.seq += 1
     failed = event if isinstance(event, TrialFailed) else None
+    rule = fired[0]
     return TransitionRecord(
         trial_id=state.trial_id,
         event=event.type_name,
@@ -317,8 +337,17 @@ def apply(
         decision=state.last_decision if failed else None,
         counters=state.counters,
         error=failed.error if failed else None,
-        rule=fired[0],
+        rule=rule,
+        cause_retries=cause_retries_of(state, failed, rule),
     )
+
+
+def cause_retries_of(state: TrialState, failed: TrialFailed | None, rule: Rule) -> int | None:
+    """The uncounted retries of a failure's cause after it, when its rule counted one."""
+    if failed is None or "cause_retries" not in rule.counts:
+        return None
+    death = getattr(failed.error, "death", None)
+    return state.cause_retry_count(death.cause.value) if death is not None else None
 
 
 def fold(

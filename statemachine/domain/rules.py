@@ -42,10 +42,21 @@ class RuleName(str, Enum):
     """The restore retries are spent and so is ``max_failures``: GIVE_UP."""
     FATAL = "fatal"
     """A failure while starting or training that is not retryable: GIVE_UP."""
+    CAUSE_FATAL = "cause_fatal"
+    """An actor death whose cause the policy does not retry (``on_cause`` give_up): GIVE_UP."""
+    REPEATED = "repeated"
+    """The same failure at the same training iteration ``give_up_on_repeats`` times in a
+    row: GIVE_UP."""
     PREEMPTED_RECOVER = "preempted_recover"
     """An uncounted preemption within its budget: RECOVER_PREEMPTED."""
     PREEMPTED_GIVE_UP = "preempted_give_up"
     """An uncounted preemption past its budget (or ``max_failures``): GIVE_UP."""
+    CAUSE_RECOVER = "cause_recover"
+    """An actor death whose cause is retried uncounted (``on_cause`` retry_not_counted),
+    within the cause's budget: RECOVER_NOT_COUNTED."""
+    CAUSE_GIVE_UP = "cause_give_up"
+    """An actor death whose cause is retried uncounted, past its budget (or
+    ``max_failures``): GIVE_UP."""
     RECOVER = "recover"
     """A counted failure within ``max_failures``: RECOVER."""
     GIVE_UP = "give_up"
@@ -61,13 +72,15 @@ class FailureNumbers(NamedTuple):
     ``restore_failure`` is the trial's restore failures over its life (``show``'s total),
     ``retry`` the restore failures of the current episode (Ray's ``num_restore_failures``,
     "retry k of ``restore_retry_num``"), ``failure`` Ray's ``num_failures``, ``preemption``
-    the preemptions not counted as failures.
+    the preemptions not counted as failures, ``cause_retry`` the failures of this failure's
+    cause retried without counting them (``on_cause`` retry_not_counted).
     """
 
     restore_failure: int | None
     retry: int | None
     failure: int | None
     preemption: int | None
+    cause_retry: int | None = None
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -81,7 +94,8 @@ class Rule:
         name: a :class:`RuleName`, or the trigger for a transition that is alone on it.
         guards: the guards that held, in order (``not g`` for an ``unless``).
         counts: the counters it incremented, by :class:`~statemachine.domain.state.Counters`
-            field name (the budgets it consumed).
+            field name (the budgets it consumed), and ``cause_retries`` for the retries of
+            the failure's cause not counted as failures (a counter of the state, per cause).
         user_restore: it continues the restore that Ray had called done (a failure of the
             trainable's own load: ``restoring()``, or ``restore_phase="until_first_report"``).
     """
@@ -91,14 +105,16 @@ class Rule:
     counts: tuple[str, ...]
     user_restore: bool = False
 
-    def numbers(self, counters: Counters) -> FailureNumbers:
-        """The failure's numbers: each counter this rule incremented, read from ``counters``."""
+    def numbers(self, counters: Counters, cause_retries: int | None = None) -> FailureNumbers:
+        """The failure's numbers: each counter this rule incremented, read from ``counters``
+        (and ``cause_retries``, the failure's cause's uncounted retries after it)."""
         counts = self.counts
         return FailureNumbers(
             counters.total_restore_failures if "total_restore_failures" in counts else None,
             counters.restore_failures if "restore_failures" in counts else None,
             counters.failures if "failures" in counts else None,
             counters.preemptions if "preemptions" in counts else None,
+            cause_retries if "cause_retries" in counts else None,
         )
 
     def __repr__(self) -> str:
@@ -110,6 +126,14 @@ RESTORE_RULES = frozenset({
     RuleName.RESTORE_RETRY, RuleName.RESTORE_RETRY_REFUSED,
     RuleName.RESTORE_EXHAUSTED_RETRY_CHECKPOINT, RuleName.RESTORE_EXHAUSTED_PREVIOUS_CHECKPOINT,
     RuleName.RESTORE_EXHAUSTED_FROM_SCRATCH, RuleName.RESTORE_EXHAUSTED_GIVE_UP,
+})  # fmt: skip
+
+
+#: The rules that decide a failure by the cause of its actor's death (``on_cause``), with
+#: the preemption rules (``preempted``'s entry of the same model).
+CAUSE_RULES = frozenset({
+    RuleName.CAUSE_FATAL, RuleName.CAUSE_RECOVER, RuleName.CAUSE_GIVE_UP,
+    RuleName.PREEMPTED_RECOVER, RuleName.PREEMPTED_GIVE_UP,
 })  # fmt: skip
 
 

@@ -13,6 +13,8 @@ from statemachine.domain.status import Decision, Status
 
 #: Checkpoints remembered per trial, newest last; older ones fall off (bounded snapshots).
 CHECKPOINT_HISTORY = 32
+#: The policy of a new trial's state (Ray's defaults), one frozen instance shared by all.
+DEFAULT_POLICY = RetryPolicy()
 
 
 class Counters(NamedTuple):
@@ -40,7 +42,7 @@ class TrialState:
 
     trial_id: str
     status: Status = Status.NEW
-    policy: RetryPolicy = field(default_factory=RetryPolicy)
+    policy: RetryPolicy = field(default_factory=lambda: DEFAULT_POLICY)
     failures: int = 0
     restore_failures: int = 0
     total_restore_failures: int = 0
@@ -69,6 +71,15 @@ class TrialState:
     user_restore_failed: bool = False
     """The current restore episode holds a failure of the user's own restore: it goes on
     across a new attempt that restarts before its first result (a driver restart)."""
+    cause_retries: tuple[tuple[str, int], ...] = ()
+    """Failures retried without counting them, per cause of an actor's death (``on_cause``
+    ``retry_not_counted``; preemptions are ``preemptions``), as sorted ``(cause, n)`` pairs."""
+    repeats: int = 0
+    """How many failures in a row were the last one's (same kind, type and message at the
+    same training iteration), the last included; 0 before any failure, and for a failure
+    whose iteration was not recorded (it never repeats another)."""
+    last_failure_iteration: int | None = None
+    """The training iteration the last failure happened at (``None``: not recorded)."""
 
     @property
     def counters(self) -> Counters:
@@ -76,6 +87,13 @@ class TrialState:
         return _counters(
             (self.failures, self.restore_failures, self.total_restore_failures, self.preemptions)
         )
+
+    def cause_retry_count(self, cause: str) -> int:
+        """Failures of ``cause`` retried without counting them (``cause_retries``)."""
+        for name, count in self.cause_retries:
+            if name == cause:
+                return count
+        return 0
 
     @property
     def latest_checkpoint(self) -> str | None:
@@ -103,6 +121,9 @@ class TrialState:
             self.unconfirmed_restore,
             self.unconfirmed_restore_failures,
             self.user_restore_failed,
+            self.cause_retries,
+            self.repeats,
+            self.last_failure_iteration,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -128,12 +149,15 @@ class TrialState:
             "unconfirmed_restore": self.unconfirmed_restore,
             "unconfirmed_restore_failures": self.unconfirmed_restore_failures,
             "user_restore_failed": self.user_restore_failed,
+            "cause_retries": dict(self.cause_retries),
+            "repeats": self.repeats,
+            "last_failure_iteration": self.last_failure_iteration,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrialState:
-        """Rebuild a state from :meth:`to_dict` output (an older one lacks the node fields and
-        the unconfirmed restore)."""
+        """Rebuild a state from :meth:`to_dict` output (an older one lacks the node fields, the
+        unconfirmed restore and the failure's cause retries and repeats)."""
         # Positional, with the enums looked up by value: this runs once per trial when an
         # experiment opens (100,000 times for a large one), where keywords and ``Enum.__call__``
         # were a third of the cost. A value that is not a status or decision is a KeyError.
@@ -160,6 +184,9 @@ class TrialState:
             get("unconfirmed_restore"),
             get("unconfirmed_restore_failures", 0),
             get("user_restore_failed", False),
+            tuple(sorted(retries.items())) if (retries := get("cause_retries")) else (),
+            get("repeats", 0),
+            get("last_failure_iteration"),
         )
 
 
@@ -175,14 +202,26 @@ def _policy_from_dict(data: dict[str, Any]) -> RetryPolicy:
     A decoded policy is reused only for a dict equal to the one it came from value for value
     and type for type (``1 == True`` must not let a malformed policy through).
     """
-    for known, types, policy in _RECENT_POLICIES:
-        if known == data and list(map(type, data.values())) == types:
+    types = _value_types(data)
+    for known, known_types, policy in _RECENT_POLICIES:
+        if known == data and known_types == types:
             return policy
     policy = RetryPolicy.from_dict(data)
-    _RECENT_POLICIES.insert(0, (dict(data), list(map(type, data.values())), policy))
+    _RECENT_POLICIES.insert(0, (dict(data), types, policy))
     del _RECENT_POLICIES[8:]
     return policy
 
 
+def _value_types(data: dict[str, Any]) -> list[Any]:
+    """The types of a policy dict's values, and of the values of its non-empty maps (the rules
+    per cause: ``1 == True`` holds inside them too)."""
+    types: list[Any] = list(map(type, data.values()))
+    for name in ("on_cause", "cause_budgets"):
+        rules = data.get(name)
+        if rules and isinstance(rules, dict):
+            types.append([type(value) for value in rules.values()])
+    return types
+
+
 #: The last few distinct policies decoded (value, value types, policy), newest first.
-_RECENT_POLICIES: list[tuple[dict[str, Any], list[type], RetryPolicy]] = []
+_RECENT_POLICIES: list[tuple[dict[str, Any], list[Any], RetryPolicy]] = []

@@ -45,6 +45,9 @@ class Decision(str, Enum):
     """Counted as a failure; start again from the latest checkpoint."""
     RECOVER_PREEMPTED = "RECOVER_PREEMPTED"
     """A preemption not counted as a failure; start again from the latest checkpoint."""
+    RECOVER_NOT_COUNTED = "RECOVER_NOT_COUNTED"
+    """An actor death of a cause the policy retries without counting it (``on_cause``
+    retry_not_counted); start again from the latest checkpoint."""
     RESTART_FROM_SCRATCH = "RESTART_FROM_SCRATCH"
     """Restore retries spent: the checkpoints are discarded and training starts anew."""
     PREVIOUS_CHECKPOINT = "PREVIOUS_CHECKPOINT"

@@ -12,6 +12,8 @@ fired incremented (:meth:`TransitionRecord.numbers`), each under its own name.
 - ``Failure # N (occurred at T) [RestoreError: restore failure # M, restore retries spent
   (R of R); decision D]``: a restore failure past its retries, counted as failure ``N``;
 - ``Preemption # P (occurred at T) [ActorError, not counted as a failure; decision D]``;
+- ``Uncounted CAUSE # K (occurred at T) [ActorError, not counted as a failure; decision D]``:
+  an actor death of a cause the policy retries uncounted (``on_cause``), its ``K``-th;
 - ``Failure # N (occurred at T) [Kind; decision D]``: every other counted failure.
 """
 
@@ -44,6 +46,10 @@ def header_for(record: TransitionRecord, policy: RetryPolicy, when: str) -> str:
     if numbers.preemption is not None:
         return (f"Preemption # {numbers.preemption} {occurred} [{kind}, not counted as a "
                 f"failure; decision {decision}]")
+    if numbers.cause_retry is not None:
+        cause = getattr(record.error, "cause", "unknown")
+        return (f"Uncounted {cause} # {numbers.cause_retry} {occurred} [{kind}, not counted "
+                f"as a failure; decision {decision}]")
     detail = kind
     if numbers.restore_failure is not None:
         detail = (f"{kind}: restore failure # {numbers.restore_failure}, restore retries spent "

@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 from statemachine.cli import cli
 from statemachine.domain.compiled import apply_compiled
+from statemachine.domain.death import ActorDeath, DeathCause
 from statemachine.domain.events import (
     CheckpointSaved,
     Event,
@@ -60,6 +61,7 @@ _PATTERNS = {
     "failure": re.compile(r"(?:\bfailure|\bFailure #) (\d+) (?:of max_failures|exceeds "
                           r"max_failures|\(max_failures unlimited\)|\(occurred at)"),
     "preemption": re.compile(r"Preemption # (\d+)"),
+    "cause_retry": re.compile(r"Uncounted [a-z_]+ # (\d+)"),
 }
 
 
@@ -103,10 +105,13 @@ def _plain(event: Event) -> Event:
     if not isinstance(event, TrialFailed):
         return event
     error = event.error
-    fields: dict[str, Any] = {"preempted": error.preempted} if isinstance(error, ActorError) \
-        else {}
+    fields: dict[str, Any] = {}
+    if isinstance(error, ActorError):  # its cause kept, Ray's words plain
+        fields["death"] = ActorDeath(error.cause, "NODE_DIED/UNEXPECTED_TERMINATION"
+                                     if error.cause is DeathCause.NODE_DIED else "", "gone")
     node = event.node and NodeRef(event.node.node_id, event.node.node_ip, "host-1")
-    return TrialFailed(type(error)(error.cause_type, "it broke", "Traceback", **fields), node)
+    return TrialFailed(type(error)(error.cause_type, "it broke", "Traceback", **fields), node,
+                       event.iteration)
 
 
 #: What a trial does next from each status, weighted towards failures and restores (the

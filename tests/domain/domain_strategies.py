@@ -11,11 +11,13 @@ import re
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
+from statemachine.domain.death import ActorDeath, DeathCause
 from statemachine.domain.events import (
     EVENT_TYPES,
     CheckpointSaved,
     CheckpointsDiscarded,
     CountersAdopted,
+    DeathCauseLearned,
     Event,
     ExperimentRenamed,
     FirstResult,
@@ -42,7 +44,7 @@ from statemachine.domain.failures import (
 )
 from statemachine.domain.machine import MACHINE
 from statemachine.domain.nodes import NodeRef
-from statemachine.domain.policy import ExhaustionAction, RestorePhase, RetryPolicy
+from statemachine.domain.policy import CauseAction, ExhaustionAction, RestorePhase, RetryPolicy
 from statemachine.domain.status import Status
 
 #: Folding is fast, but the first examples pay for imports and caches: no per-example deadline.
@@ -80,14 +82,28 @@ text = hostile_text()
 names = st.text(alphabet="abcdefghij0123456789_/.-", min_size=1, max_size=12)
 
 
+#: Causes the rules of a policy name often (and the rest of the closed set sometimes).
+COMMON_CAUSES = (DeathCause.PREEMPTED, DeathCause.NODE_DIED, DeathCause.OOM,
+                 DeathCause.UNKNOWN)
+causes = st.sampled_from(COMMON_CAUSES) | st.sampled_from(list(DeathCause))
+deaths = st.builds(ActorDeath, cause=causes,
+                   ray_reason=st.sampled_from(["", "NODE_DIED/UNEXPECTED_TERMINATION",
+                                               "oom_context"]) | text,
+                   node_message=st.sampled_from(["", "health check failed"]) | text)
+#: A message drawn from a few (so that the same failure repeats) or any text.
+messages = st.sampled_from(["boom", "nan loss"]) | text
+
+
 @st.composite
 def failures(draw: st.DrawFn) -> TrialError:
     """Any typed failure, with causes some policies list as fatal."""
     kind = draw(st.sampled_from([RestoreError, TrainingError, ActorError, AbortError]))
     cause = draw(st.sampled_from(CAUSE_TYPES))
-    message, traceback = draw(text), draw(text)
+    message, traceback = draw(messages), draw(text)
     if kind is ActorError:
-        return ActorError(cause, message, traceback, preempted=draw(st.booleans()))
+        if draw(st.booleans()):  # as a log of version 2 has it: preempted, nothing more
+            return ActorError(cause, message, traceback, preempted=draw(st.booleans()))
+        return ActorError(cause, message, traceback, death=draw(deaths))
     return kind(cause, message, traceback)
 
 
@@ -100,19 +116,50 @@ nodes = st.none() | st.builds(
     hostname=st.none() | text,
 )
 
-policies = st.builds(
-    RetryPolicy,
-    max_failures=st.integers(-1, 4),
-    restore_retry_num=st.integers(0, 3),
-    count_preemption_as_failure=st.booleans(),
-    max_preemptions=st.none() | st.integers(0, 3),
-    on_restore_exhausted=st.sampled_from(list(ExhaustionAction)),
-    delete_discarded_checkpoints=st.booleans(),
-    fatal_exception_types=st.lists(st.sampled_from(FATAL_NAMES), unique=True).map(tuple),
-    avoid_failed_nodes=st.booleans(),
-    avoid_nodes_wait_s=st.integers(0, 120),
-    restore_phase=st.sampled_from(list(RestorePhase)),
-)
+
+
+@st.composite
+def cause_rules(
+    draw: st.DrawFn, count_preemption_as_failure: bool
+) -> tuple[dict[str, CauseAction], dict[str, int]]:
+    """``on_cause`` and ``cause_budgets`` a policy accepts (a budget for a cause retried
+    uncounted; ``preempted`` uncounted only when preemptions are not counted already)."""
+    on_cause = draw(st.dictionaries(causes.map(str), st.sampled_from(list(CauseAction)),
+                                    max_size=4))
+    if count_preemption_as_failure and on_cause.get("preempted") is (
+            CauseAction.RETRY_NOT_COUNTED):
+        del on_cause["preempted"]
+    uncounted = sorted(c for c, a in on_cause.items()
+                       if a is CauseAction.RETRY_NOT_COUNTED and c != "preempted")
+    budgets = draw(st.dictionaries(st.sampled_from(uncounted), st.integers(0, 2))
+                   if uncounted else st.just({}))
+    return on_cause, budgets
+
+
+@st.composite
+def _policy(draw: st.DrawFn) -> RetryPolicy:
+    """Any valid policy (the per-cause rules and repeats drawn often enough to fire)."""
+    count_preemption = draw(st.booleans())
+    on_cause, budgets = draw(cause_rules(count_preemption)) if draw(st.booleans()) else ({}, {})
+    return RetryPolicy(
+        max_failures=draw(st.integers(-1, 4)),
+        restore_retry_num=draw(st.integers(0, 3)),
+        count_preemption_as_failure=count_preemption,
+        max_preemptions=draw(st.none() | st.integers(0, 3)),
+        on_restore_exhausted=draw(st.sampled_from(list(ExhaustionAction))),
+        delete_discarded_checkpoints=draw(st.booleans()),
+        fatal_exception_types=draw(
+            st.lists(st.sampled_from(FATAL_NAMES), unique=True).map(tuple)),
+        avoid_failed_nodes=draw(st.booleans()),
+        avoid_nodes_wait_s=draw(st.integers(0, 120)),
+        restore_phase=draw(st.sampled_from(list(RestorePhase))),
+        on_cause=on_cause,
+        cause_budgets=budgets,
+        give_up_on_repeats=draw(st.none() | st.integers(2, 3)),
+    )
+
+
+policies = _policy()
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-10**6, 10**6) | text
@@ -132,7 +179,8 @@ EVENT_STRATEGIES: dict[type[Event], st.SearchStrategy[Event]] = {
     TrialResumed: st.just(TrialResumed()),
     TrialCompleted: st.just(TrialCompleted()),
     TrialStopped: st.builds(TrialStopped, reason=text),
-    TrialFailed: st.builds(TrialFailed, error=failures(), node=nodes),
+    TrialFailed: st.builds(TrialFailed, error=failures(), node=nodes,
+                           iteration=st.none() | st.integers(0, 2)),
     CheckpointsDiscarded: st.builds(
         CheckpointsDiscarded,
         checkpoints=st.lists(names, max_size=3).map(tuple),
@@ -159,6 +207,8 @@ EVENT_STRATEGIES: dict[type[Event], st.SearchStrategy[Event]] = {
         TrialRecreated, config=st.dictionaries(text, json_values, max_size=2), reason=text,
     ),
     FirstResult: st.builds(FirstResult, iteration=st.none() | st.integers(0, 10**6)),
+    DeathCauseLearned: st.builds(DeathCauseLearned, failure_seq=st.integers(0, 30),
+                                 death=deaths, source=st.sampled_from(["state_api", ""]) | text),
 }
 
 any_event: st.SearchStrategy[Event] = st.one_of(*EVENT_STRATEGIES.values())
@@ -201,6 +251,15 @@ def actor_error(preempted: bool = False) -> TrialFailed:
     """The actor died, preempted or not."""
     return TrialFailed(
         ActorError("ray.exceptions.ActorDiedError", "actor died", preempted=preempted)
+    )
+
+
+def actor_death(cause: DeathCause | str, message: str = "actor died",
+                iteration: int | None = None) -> TrialFailed:
+    """The actor died of ``cause``."""
+    return TrialFailed(
+        ActorError("ray.exceptions.ActorDiedError", message, death=ActorDeath(cause)),
+        iteration=iteration,
     )
 
 

@@ -72,6 +72,9 @@ def test_failure_carries_type_message_and_traceback() -> None:
         "message": "died",
         "traceback": "Traceback...",
         "preempted": True,
+        "cause": "preempted",
+        "ray_reason": "",
+        "node_message": "",
     }
     assert str(error) == "ray.exceptions.ActorDiedError: died"
     assert RestoreError("a", "m") != TrainingError("a", "m")

@@ -547,17 +547,24 @@ def test_the_rule_of_a_record_names_the_counters_it_incremented(
     state = TrialState("t1")
     for event in events:
         before = state.counters
+        retries_before = dict(state.cause_retries)
         record = apply(state, event, p)
         assert record.rule is not None and record.rule.name in {
             str(t.rule.name) for ts in MACHINE.events[event.trigger].transitions.values()
             for t in ts}
         went_up = {name for name, old, new in zip(Counters._fields, before, record.counters,
                                                   strict=True) if new > old}
+        if dict(state.cause_retries) != retries_before:  # the uncounted retries of a cause
+            (cause,) = {c for c, n in state.cause_retries if n != retries_before.get(c, 0)}
+            assert state.cause_retry_count(cause) == retries_before.get(cause, 0) + 1
+            assert record.cause_retries == state.cause_retry_count(cause)
+            went_up.add("cause_retries")
         counted = set(record.rule.counts)
         numbers = record.numbers()
         assert (numbers.failure is not None) is ("failures" in counted)
+        assert (numbers.cause_retry is not None) is ("cause_retries" in counted)
         if not isinstance(event, TrialFailed):  # (CountersAdopted sets counters: no failure)
-            assert not counted and numbers == (None, None, None, None)
+            assert not counted and numbers == (None, None, None, None, None)
             continue
         assert record.decision is not None and counted <= went_up
         # A failure of the user's own restore reopens the episode Ray had closed: its

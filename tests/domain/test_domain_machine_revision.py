@@ -24,11 +24,13 @@ import tokenize
 from pathlib import Path
 from typing import Any
 
+from statemachine.domain.death import ActorDeath, DeathCause
 from statemachine.domain.events import (
     EVENT_TYPES,
     CheckpointSaved,
     CheckpointsDiscarded,
     CountersAdopted,
+    DeathCauseLearned,
     Event,
     ExperimentRenamed,
     FirstResult,
@@ -79,7 +81,18 @@ def encoding() -> list[str]:
 # ---------------------------------------------------------------- the corpus
 
 
+#: Rules per cause a policy of the corpus may carry (``on_cause``, ``cause_budgets``).
+_CAUSE_RULES: list[tuple[dict[str, str], dict[str, int]]] = [
+    ({}, {}), ({}, {}),
+    ({"oom": "give_up", "node_died": "retry_not_counted"}, {"node_died": 1}),
+    ({"node_died": "retry_not_counted", "unknown": "retry_not_counted"}, {}),
+    ({"preempted": "give_up", "worker_crashed": "count"}, {}),
+    ({"preempted": "count", "oom": "retry_not_counted"}, {"oom": 0}),
+]
+
+
 def _policy(rng: random.Random) -> RetryPolicy:
+    on_cause, budgets = rng.choice(_CAUSE_RULES)
     return RetryPolicy(
         max_failures=rng.choice([-1, 0, 1, 3]),
         restore_retry_num=rng.choice([0, 1, 2]),
@@ -89,6 +102,9 @@ def _policy(rng: random.Random) -> RetryPolicy:
         fatal_exception_types=rng.choice([(), ("builtins.KeyError",)]),
         restore_phase=rng.choice(list(RestorePhase)),
         avoid_failed_nodes=rng.random() < 0.3,
+        on_cause=on_cause,
+        cause_budgets=budgets,
+        give_up_on_repeats=rng.choice([None, None, 2, 3]),
     )
 
 
@@ -97,14 +113,23 @@ _NODES = [None, NodeRef("a" * 56, "10.0.0.7"), NodeRef("b" * 56, "10.0.0.8"),
 _CHECKPOINTS = ["c0", "c1", "c2", "c3"]
 
 
+_DEATHS = [ActorDeath(DeathCause.PREEMPTED, "NODE_DIED/AUTOSCALER_DRAIN_PREEMPTED", "spot"),
+           ActorDeath(DeathCause.NODE_DIED, "NODE_DIED/UNEXPECTED_TERMINATION",
+                      "health check failed"),
+           ActorDeath(DeathCause.OOM, "oom_context"), ActorDeath(DeathCause.WORKER_CRASHED),
+           ActorDeath()]
+
+
 def _failure(rng: random.Random) -> TrialFailed:
     cause = rng.choice(["builtins.ValueError", "builtins.KeyError", "builtins.OSError"])
     error = rng.choice([
         RestoreError(cause, "load"), TrainingError(cause, "train"),
         ActorError("ray.exceptions.RayActorError", "died", preempted=rng.random() < 0.5),
+        ActorError("ray.exceptions.ActorDiedError", "died", death=rng.choice(_DEATHS)),
         AbortError("ray.tune.error._AbortTrialExecution", "abort"),
     ])  # fmt: skip
-    return TrialFailed(error=error, node=rng.choice(_NODES))
+    return TrialFailed(error=error, node=rng.choice(_NODES),
+                       iteration=rng.choice([None, 3, 3, 4]))
 
 
 def _event(rng: random.Random, trigger: str) -> Event:
@@ -130,6 +155,8 @@ def _event(rng: random.Random, trigger: str) -> Event:
         "recreate": lambda: TrialRecreated(),
         "note_rename": lambda: ExperimentRenamed(old_name="a", new_name="b"),
         "fail": lambda: _failure(rng),
+        "learn_cause": lambda: DeathCauseLearned(failure_seq=rng.randint(1, 40),
+                                                 death=rng.choice(_DEATHS), source="state_api"),
     }[trigger]()
 
 
@@ -140,6 +167,10 @@ ANCHORS: list[list[Event]] = [
      TrialFailed(TrainingError("builtins.ValueError", "nan")), TrialStarted(),
      RestoreSucceeded(), TrialFailed(RestoreError("builtins.OSError", "load")),
      TrialStarted(), RestoreSucceeded(), TrialFailed(TrainingError("builtins.OSError", "x"))],
+    # a trial already past max_failures, resumed: its own load's retry is refused
+    [TrialAdded(), TrialStarted(), CheckpointSaved("c0"), CountersAdopted(failures=5),
+     TrialFailed(TrainingError("builtins.ValueError", "nan")), TrialReset(), TrialStarted(),
+     RestoreSucceeded(), TrialFailed(RestoreError("builtins.OSError", "load"))],
 ]
 
 

@@ -8,13 +8,14 @@ import click
 
 from statemachine.cli.db import BadInput, open_store
 from statemachine.cli.output import Column, Output, counted, json_option, wide_option
-from statemachine.cli.params import count
+from statemachine.cli.params import CauseBudgetType, CauseRuleType, RepeatsType, count
 from statemachine.cli.reading import (
     decode_trial,
     group_by_trial,
     require_experiment,
     require_trial,
 )
+from statemachine.cli.whatif import hypothetical, json_changes
 from statemachine.cli.whatif import what_if as replay_what_if
 from statemachine.domain.policy import ExhaustionAction, RestorePhase, RetryPolicy
 
@@ -35,6 +36,15 @@ from statemachine.domain.policy import ExhaustionAction, RestorePhase, RetryPoli
 @click.option("--restore-phase", type=click.Choice([p.value for p in RestorePhase]),
               help="Hypothetical restore phase: until_first_report makes a failure after a "
                    "restore and before the attempt's first result a restore failure.")
+@click.option("--on-cause", "on_cause", multiple=True, type=CauseRuleType(),
+              help="Hypothetically decide an actor death of CAUSE by ACTION: count, "
+                   "retry_not_counted or give_up (repeatable; merged into the policy's own).")
+@click.option("--cause-budget", "cause_budgets", multiple=True, type=CauseBudgetType(),
+              help="Hypothetically retry at most N failures of CAUSE uncounted (its action "
+                   "must be retry_not_counted; repeatable).")
+@click.option("--give-up-on-repeats", type=RepeatsType(),
+              help="Hypothetically give up after N identical failures in a row at the same "
+                   "training iteration (N >= 2), or off.")
 @click.option("--trial", "trial_ids", multiple=True, metavar="TRIAL",
               help="Only these trials (repeatable).")
 @json_option
@@ -49,6 +59,9 @@ def what_if(
     count_preemption_as_failure: bool | None,
     avoid_failed_nodes: bool | None,
     restore_phase: str | None,
+    on_cause: tuple[tuple[str, str], ...],
+    cause_budgets: tuple[tuple[str, int], ...],
+    give_up_on_repeats: int | None,
     trial_ids: tuple[str, ...],
     as_json: bool,
 ) -> int:
@@ -67,13 +80,20 @@ def what_if(
         )
         if value is not None
     }
+    if on_cause:
+        changes["on_cause"] = dict(on_cause)
+    if cause_budgets:
+        changes["cause_budgets"] = dict(cause_budgets)
+    if give_up_on_repeats is not None:
+        changes["give_up_on_repeats"] = give_up_on_repeats or None
     if not changes:
         raise BadInput(
             "what-if needs at least one policy change: --max-failures, --restore-retry-num, "
             "--on-restore-exhausted, --[no-]count-preemption-as-failure, "
-            "--[no-]avoid-failed-nodes or --restore-phase"
+            "--[no-]avoid-failed-nodes, --restore-phase, --on-cause, --cause-budget or "
+            "--give-up-on-repeats"
         )
-    RetryPolicy().replace(**changes)  # validate now: one clear line naming the field
+    hypothetical(RetryPolicy(), changes)  # validate now: one clear line naming the field
     with open_store(out.db) as store:
         experiment = require_experiment(store, experiment)
         trial_ids = tuple(require_trial(store, experiment, t)[1] for t in trial_ids)
@@ -86,12 +106,14 @@ def what_if(
     if as_json:
         out.json({
             "experiment": experiment,
-            "changes": {k: str(v) if isinstance(v, ExhaustionAction) else v
-                        for k, v in changes.items()},
+            "changes": json_changes(changes),
             "trials": [r.to_dict() for r in results],
         })
         return out.exit_code
-    described = ", ".join(f"{k}={v}" for k, v in changes.items())
+    described = ", ".join(
+        f"{k}={v}" if not isinstance(v, dict) else
+        f"{k} " + " ".join(f"{c}={a}" for c, a in v.items())
+        for k, v in json_changes(changes).items())
     out.table(
         [Column("trial"), Column("recorded", prose=True), Column("hypothetical", prose=True),
          Column("changed", 2), Column("note", 1, prose=True)],
