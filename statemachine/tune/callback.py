@@ -74,6 +74,12 @@ def _never_raises(method: _F) -> _F:
     return guarded  # type: ignore[return-value]
 
 
+def _trials(trials: Any) -> list[Any]:
+    """Tune's list of trials; ``None`` (Ray's own tests call hooks so) or anything that is not
+    a list of trials is no trial at all."""
+    return [t for t in trials if t is not None] if isinstance(trials, list | tuple) else []
+
+
 class EventLogCallback(Callback):
     """Record every trial's lifecycle in the event log and keep its budgets durable.
 
@@ -295,8 +301,10 @@ class EventLogCallback(Callback):
         self._listen()
 
     @_never_raises
-    def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
+    def on_step_begin(self, iteration: int | None = None, trials: list[Any] | None = None,
+                      **info: Any) -> None:
         """On the driver's first step, reconcile restored trials; track new ones."""
+        trials = _trials(trials)
         if self._finished:
             self._reset_runtime()
         if not self._tracker.reconciled:
@@ -314,7 +322,8 @@ class EventLogCallback(Callback):
             self._avoidance.check(trials)
 
     @_never_raises
-    def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
+    def on_step_end(self, iteration: int | None = None, trials: list[Any] | None = None,
+                    **info: Any) -> None:
         """Settle pending stops, forget unused recover answers, retry queued writes."""
         self._status_changes.settle()
         self._steering.forget_answers()
@@ -323,9 +332,11 @@ class EventLogCallback(Callback):
             self._recorder.flush()
 
     @_never_raises
-    def on_trial_start(self, iteration: int, trials: list[Any], trial: Any,
-                       **info: Any) -> None:
+    def on_trial_start(self, iteration: int | None = None, trials: list[Any] | None = None,
+                       trial: Any = None, **info: Any) -> None:
         """An actor started for the trial; it restores when Ray has a checkpoint for it."""
+        if trial is None:
+            return
         self._status_changes.started(trial)
         node = self._attempts.started(trial)
         if self._avoidance is not None:
@@ -334,40 +345,51 @@ class EventLogCallback(Callback):
                                          node=node))
 
     @_never_raises
-    def on_trial_recover(self, iteration: int, trials: list[Any], trial: Any,
-                         **info: Any) -> None:
+    def on_trial_recover(self, iteration: int | None = None, trials: list[Any] | None = None,
+                         trial: Any = None, **info: Any) -> None:
         """Ray retries the trial after a failure (recorded by the seam)."""
+        if trial is None:
+            return
         self._attempts.failure_reported(trial)
 
     @_never_raises
-    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any,
-                       **info: Any) -> None:
+    def on_trial_error(self, iteration: int | None = None, trials: list[Any] | None = None,
+                       trial: Any = None, **info: Any) -> None:
         """The trial failed for good (recorded by the seam)."""
+        if trial is None:
+            return
         self._attempts.failure_reported(trial)
 
     @_never_raises
-    def on_trial_result(self, iteration: int, trials: list[Any], trial: Any,
-                        result: dict[str, Any], **info: Any) -> None:
+    def on_trial_result(self, iteration: int | None = None, trials: list[Any] | None = None,
+                        trial: Any = None, result: dict[str, Any] | None = None,
+                        **info: Any) -> None:
         """The first result of each attempt is recorded (``FirstResult``); later ones not.
 
         It ends the stretch in which a failure can still be one of the user's restore
         (``restoring()``, ``RetryPolicy(restore_phase="until_first_report")``).
         """
+        if trial is None:
+            return
         first = self._attempts.first_result(trial, result)
         if first is not None:
             self._record(trial, first)
 
     @_never_raises
-    def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any,
-                      **info: Any) -> None:
+    def on_checkpoint(self, iteration: int | None = None, trials: list[Any] | None = None,
+                      trial: Any = None, checkpoint: Any = None, **info: Any) -> None:
         """The trial saved a checkpoint."""
+        if trial is None or checkpoint is None:
+            return
         self._record(trial, CheckpointSaved(
             checkpoint=ray_checkpoints.checkpoint_path(checkpoint)))
 
     @_never_raises
-    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any,
-                          **info: Any) -> None:
+    def on_trial_complete(self, iteration: int | None = None, trials: list[Any] | None = None,
+                          trial: Any = None, **info: Any) -> None:
         """The trial finished (RUNNING) or was stopped before it could (otherwise)."""
+        if trial is None:
+            return
         state = self._track(trial)
         if state is None or not state.status.is_live:
             return
@@ -377,8 +399,9 @@ class EventLogCallback(Callback):
             self._record(trial, TrialStopped(reason=f"stopped while {state.status.value}"))
 
     @_never_raises
-    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+    def on_experiment_end(self, trials: list[Any] | None = None, **info: Any) -> None:
         """Write what is queued, report what could not be written, close the log."""
+        trials = _trials(trials)
         self._status_changes.settle()
         self._track_new(trials)
         if self._session is not None:  # the log ends with Ray's status of every trial
