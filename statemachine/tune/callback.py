@@ -44,12 +44,19 @@ from statemachine.tune import errorfile, seam, secret_url
 from statemachine.tune.after_restore import align_restored_trials
 from statemachine.tune.attempts import Attempts
 from statemachine.tune.avoidance import NodeAvoidance
-from statemachine.tune.callback_arguments import check_busy_timeout, check_policy, checked_url
+from statemachine.tune.callback_arguments import (
+    check_busy_timeout,
+    check_flag,
+    check_policy,
+    checked_url,
+)
 from statemachine.tune.compat import check_ray
 from statemachine.tune.log_session import LogSession
 from statemachine.tune.ray_surface import checkpoint_manager as ray_checkpoints
+from statemachine.tune.ray_surface import requeue
 from statemachine.tune.ray_surface import trials as ray_trial
 from statemachine.tune.recorder import Recorder
+from statemachine.tune.resume_from_log import advance
 from statemachine.tune.status_changes import StatusChanges
 from statemachine.tune.steering import Steering
 from statemachine.tune.tracking import TrialTracker
@@ -80,6 +87,14 @@ def _trials(trials: Any) -> list[Any]:
     return [t for t in trials if t is not None] if isinstance(trials, list | tuple) else []
 
 
+def _before_requeue(callbacks: list[Any], trials: list[Any]) -> None:
+    """Ray's requeue hook (:mod:`.ray_surface.requeue`): every event log callback of the
+    controller sees the restored trials first."""
+    for callback in callbacks:
+        if isinstance(callback, EventLogCallback):
+            callback.restored(trials)
+
+
 class EventLogCallback(Callback):
     """Record every trial's lifecycle in the event log and keep its budgets durable.
 
@@ -93,6 +108,9 @@ class EventLogCallback(Callback):
         busy_timeout_ms: how long one write waits for another process's SQLite write lock
             before it counts as failed (and is retried later). Default: the log's own
             (10 s); lower it so a locked log never holds up Tune's loop that long.
+        resume_from_log: after a driver crash, ``Tuner.restore`` resumes each trial whose
+            whole history the log holds from what the log knows (an end, a newer checkpoint)
+            instead of Ray's older saved state (default ``True``; see docs/tune.md).
 
     Raises:
         ConfigurationError: an argument that can never work (a database other than SQLite
@@ -106,15 +124,17 @@ class EventLogCallback(Callback):
 
     def __init__(self, url: str | os.PathLike[str] | None = None,
                  policy: RetryPolicy | None = None, *,
-                 busy_timeout_ms: int | None = None) -> None:
+                 busy_timeout_ms: int | None = None, resume_from_log: bool = True) -> None:
         check_ray()
         # Here, not at the first trial: an argument that can never work must stop the
         # script before Ray starts, not leave a run going on unrecorded.
         check_policy(policy)
         check_busy_timeout(busy_timeout_ms)
+        check_flag("resume_from_log", resume_from_log)
         self.url = checked_url(url)
         self.policy = policy
         self.busy_timeout_ms = busy_timeout_ms
+        self.resume_from_log = resume_from_log
         self._reset_runtime()
 
     # ------------------------------------------------------------------ pickling
@@ -137,17 +157,22 @@ class EventLogCallback(Callback):
         # on_experiment_end ran: the next run starts a new driver session, as setup() does
         # for a Tuner (a TuneController built directly never calls setup())
         self._finished = False
+        # the log was opened for Ray's requeue of restored trials, before setup()
+        self._opened_for_requeue = False
+        requeue.install(_before_requeue)  # before Tuner.restore's controller resumes
 
     def __getstate__(self) -> dict[str, Any]:
         # Never a password in the experiment state (tuner.pkl goes to shared storage): the
         # URL is saved without it and finds it again in the environment (secret_url).
         return {**secret_url.saved(self.url), "policy": self.policy,
-                "busy_timeout_ms": self.busy_timeout_ms}
+                "busy_timeout_ms": self.busy_timeout_ms,
+                "resume_from_log": self.resume_from_log}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.url = secret_url.restored(state)
         self.policy = state["policy"]
         self.busy_timeout_ms = state.get("busy_timeout_ms")
+        self.resume_from_log = state.get("resume_from_log", True)
         self._reset_runtime()
 
     # ------------------------------------------------------------------ counts
@@ -294,11 +319,23 @@ class EventLogCallback(Callback):
     def setup(self, stop: Any = None, num_samples: Any = None,
               total_num_samples: Any = None, **info: Any) -> None:
         """Install the error seam and listen to this run's trials."""
-        if self._session is not None:
+        if self._session is not None and not self._opened_for_requeue:
             self._session.recorder.close()
             self._session.close_sync()
             self._reset_runtime()
+        self._opened_for_requeue = False
         self._listen()
+
+    @_never_raises
+    def restored(self, trials: list[Any]) -> None:
+        """Ray restored ``trials`` from its saved state and is about to requeue them: write
+        what the log knows into them (:mod:`statemachine.tune.resume_from_log`)."""
+        if self._session is not None or not trials:
+            return
+        self._session_kind = "restore"
+        self._ensure_log(trials[0], trials)
+        self._opened_for_requeue = True
+        advance(trials, self._tracker, enabled=self.resume_from_log)
 
     @_never_raises
     def on_step_begin(self, iteration: int | None = None, trials: list[Any] | None = None,
