@@ -240,11 +240,18 @@ class RestoreSucceeded(Event):
 
 @dataclass(frozen=True)
 class CheckpointSaved(Event):
-    """The trial saved a checkpoint (``checkpoint`` is its path or id)."""
+    """The trial saved a checkpoint (``checkpoint`` is its path or id).
+
+    ``iteration`` (version 2) is the ``training_iteration`` of the result it was saved with
+    (``None``: not known): what a resume from this checkpoint continues at (issue 27).
+    """
 
     type_name = "CheckpointSaved"
+    version = 2
     trigger = "checkpoint"
+    since = {"iteration": 2}
     checkpoint: str = ""
+    iteration: int | None = None
 
 
 @dataclass(frozen=True)

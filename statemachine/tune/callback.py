@@ -419,7 +419,8 @@ class EventLogCallback(Callback):
         if trial is None or checkpoint is None:
             return
         self._record(trial, CheckpointSaved(
-            checkpoint=ray_checkpoints.checkpoint_path(checkpoint)))
+            checkpoint=ray_checkpoints.checkpoint_path(checkpoint),
+            iteration=ray_trial.last_iteration(trial)))
 
     @_never_raises
     def on_trial_complete(self, iteration: int | None = None, trials: list[Any] | None = None,

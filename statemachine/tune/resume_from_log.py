@@ -28,7 +28,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from statemachine.domain.events import ResumeAdvanced, ResumeNotAdvanced
+from statemachine.domain.events import CheckpointSaved, ResumeAdvanced, ResumeNotAdvanced
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Status
 from statemachine.tune.ray_surface import checkpoint_manager as ray_checkpoints
@@ -43,8 +43,8 @@ __all__ = ["ResumePlan", "advance", "last_rows", "plan_resume"]
 TURNED_OFF = "the user turned it off (EventLogCallback(resume_from_log=False))"
 PART_HISTORY = "the event log does not hold the trial's whole history"
 NOT_COMPLETE = "its folder on the experiment's storage is missing or empty"
-NO_METRICS = ("Ray's result rows do not name the checkpoint (a class trainable), so the "
-              "iteration it resumes at is unknown")
+NO_METRICS = ("the log does not know the iteration it was saved at (recorded by an older "
+              "statemachine), nor do Ray's result rows")
 UNKNOWN_PATH = "the checkpoint Ray restores is not one the log recorded"
 
 _UNFINISHED = ("PENDING", "RUNNING", "PAUSED")
@@ -124,15 +124,23 @@ class _Applied:
 
 
 def _checked(trial: Any, plan: ResumePlan, last: dict[str, Any] | None,
-             named: dict[str, dict[str, Any]]) -> _Applied:
+             named: dict[str, dict[str, Any]], iterations: dict[str, int]) -> _Applied:
     """The newer checkpoints that are complete and whose metrics are known, in order; a
-    training trial stops at the first that is not (later ones would skip it)."""
+    training trial stops at the first that is not (later ones would skip it).
+
+    The metrics Ray restores a checkpoint with (its ``training_iteration``: where training
+    continues) come from the row of ``result.json`` that names it, else from the log's
+    ``CheckpointSaved.iteration`` (Ray copies ``result.json`` to storage with its experiment
+    state, so after a crash the rows of the last minutes are often not there).
+    """
     applied = _Applied()
     for path in plan.newer:
         files = ray_trial.folder_files(trial, path)
         row = named.get(_name(path))
+        if row is None and path in iterations:
+            row = {"training_iteration": iterations[path]}
         if row is None and plan.finished and path == plan.newer[-1]:
-            row = last  # a class trainable's final checkpoint: the last result
+            row = last  # the final checkpoint of an ended trial: its last result
         if not files or row is None:
             applied.missing = NOT_COMPLETE if not files else NO_METRICS
             applied.missing = f"{_name(path)}: {applied.missing}"
@@ -159,11 +167,14 @@ def advance(trials: list[Any], tracker: TrialTracker, *, enabled: bool = True) -
         if plan.finished is None and not plan.newer:
             continue
         last, named = last_rows(ray_trial.read_trial_file(trial, "result.json"))
-        applied = _checked(trial, plan, last, named)
+        iterations = _iterations(tracker, trial)
+        applied = _checked(trial, plan, last, named, iterations)
         before = _iteration(ray_checkpoints.checkpoint_metrics(trial))
         if applied.checkpoints:
             ray_checkpoints.advance_to(trial, applied.checkpoints)
         if plan.finished is not None:
+            if last is None and applied.checkpoints:  # result.json not on storage yet
+                last = {**ray_trial.last_result(trial), **applied.checkpoints[-1][1]}
             _finish(trial, plan.finished, last)
             after = _iteration(last) if last else before
         elif applied.checkpoints:
@@ -182,6 +193,16 @@ def advance(trials: list[Any], tracker: TrialTracker, *, enabled: bool = True) -
         if applied.missing is not None:
             tracker.record(trial, ResumeNotAdvanced(checkpoint=state.latest_checkpoint,
                                                     reason=applied.missing))
+
+
+def _iterations(tracker: TrialTracker, trial: Any) -> dict[str, int]:
+    """The iteration of each checkpoint the log recorded it for (the newest record wins)."""
+    recorder = tracker.recorder
+    if recorder is None:
+        return {}
+    return {event.checkpoint: event.iteration
+            for event in recorder.events(ray_trial.trial_id(trial))
+            if isinstance(event, CheckpointSaved) and event.iteration is not None}
 
 
 def _finish(trial: Any, status: str, last: dict[str, Any] | None) -> None:

@@ -23,6 +23,8 @@ __all__ = [
     "experiment_path",
     "folder_files",
     "is_restoring",
+    "last_iteration",
+    "last_result",
     "max_failures",
     "never_ran",
     "num_failures",
@@ -112,6 +114,25 @@ def current_checkpoint(trial: Trial) -> str | None:
     if latest is None or latest.checkpoint is None:
         return None
     return str(latest.checkpoint.path)
+
+
+def last_result(trial: Trial) -> dict[str, Any]:
+    """A copy of the trial's last result (``{}``: none)."""
+    try:
+        return dict(trial.run_metadata.last_result or {})
+    except Exception:  # a half-built trial has no run metadata
+        return {}
+
+
+def last_iteration(trial: Trial) -> int | None:
+    """The ``training_iteration`` of the trial's last result (``None``: none yet). When Tune
+    reports a checkpoint it is the iteration the checkpoint was saved at (Tune saves after it
+    processed that result, and trains on only after it processed the save)."""
+    try:
+        value = (trial.run_metadata.last_result or {}).get("training_iteration")
+    except Exception:  # a half-built trial has no run metadata
+        return None
+    return value if type(value) is int else None
 
 
 def never_ran(trial: Trial) -> bool:
