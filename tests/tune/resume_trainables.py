@@ -83,3 +83,15 @@ def redone(ctl: Path) -> int:
     """Iterations run more than once (each extra run counts)."""
     runs = executed(ctl)
     return len(runs) - len(set(runs))
+
+
+def fails_while_marked(config: dict[str, Any]) -> None:
+    """Raises at once while ``<ctl>/fail`` exists; reports one result otherwise."""
+    try:
+        from ray.tune import report
+    except ImportError:  # Ray 2.40
+        from ray.train import report
+
+    if Path(config["ctl"], "fail").exists():
+        raise RuntimeError("Failing!")
+    report({"ok": 1})
