@@ -155,3 +155,20 @@ def test_the_resume_from_the_log_changes_no_decision_nor_counter(
     handed_with = with_plan.failures if with_plan.failures is not None else ray_failures
     handed_without = without.failures if without.failures is not None else ray_failures
     assert handed_with == handed_without == max(state.failures, ray_failures)
+
+
+def test_resume_from_log_is_checked_when_the_callback_is_made() -> None:
+    import pickle
+
+    import pytest
+
+    from statemachine.exceptions import ConfigurationError
+    from statemachine.tune import EventLogCallback
+
+    for bad in ("no", 0, None):
+        with pytest.raises(ConfigurationError) as info:
+            EventLogCallback(resume_from_log=bad)  # type: ignore[arg-type]
+        assert "resume_from_log" in str(info.value) and "True or False" in str(info.value)
+    off = EventLogCallback(resume_from_log=False)
+    assert pickle.loads(pickle.dumps(off)).resume_from_log is False  # back with Tuner.restore
+    assert EventLogCallback().resume_from_log is True
