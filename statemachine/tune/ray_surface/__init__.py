@@ -16,7 +16,8 @@ One module per job:
 - :mod:`.checkpoint_manager`: which checkpoints Ray tracks and restores a trial from;
 - :mod:`.trial_methods`: the ``Trial`` methods wrapped in place (the error seam);
 - :mod:`.nodes`: the node of an actor, of a trial and of a failure;
-- :mod:`.placement`: a trial's placement group factory and Tune's pending actor request.
+- :mod:`.placement`: a trial's placement group factory and Tune's pending actor request;
+- :mod:`.requeue`: the restored trials, before Ray requeues them after ``Tuner.restore``.
 
 Reads and writes on ``ray.tune.experiment.Trial`` (DeveloperAPI) and what it holds
 (:mod:`.trials`):
@@ -84,9 +85,28 @@ failure); read in Ray 2.60, and guarded so an older Ray only gets ``None``/"unsu
   request), reached through a wrapper of ``TuneController._schedule_trial_actor`` installed
   only when the policy asks for it: ``track_controller``, ``set_factory``.
 
-Where the next accesses go: writing what the log knows into a trial that ``Tuner.restore``
-brought back (its status, last result and checkpoint manager: issue 27) in :mod:`.trials` and
-:mod:`.checkpoint_manager`, applied by :mod:`statemachine.tune.after_restore`; why an actor
+What the log knows, written into a trial that ``Tuner.restore`` brought back (issue 27; applied
+by :mod:`statemachine.tune.resume_from_log`), all checked in the source of 2.40.0 and 2.60.0:
+
+- the moment to do it (:mod:`.requeue`): ``TuneController._requeue_restored_trials(trials,
+  resume_config)`` (private, wrapped once per process: the controller's restored trials go to
+  a hook before Ray requeues them) and ``controller._callbacks._callbacks`` (the
+  ``CallbackList``'s list, read): ``install``. Same.
+- the trial (:mod:`.trials`): ``trial.status`` (written, before the requeue, with
+  ``invalidate_json_state()``): ``set_restored_status``; ``run_metadata.last_result`` and
+  ``.last_result_time`` (written, ``invalidate_cache()``): ``set_last_result``;
+  ``run_metadata.error_filename``/``.pickled_error_filename`` (written; Ray reads them
+  relative to the trial's folder): ``set_error_files``; ``run_metadata.last_result`` (read):
+  ``last_result``, ``last_iteration``; the trial's folder on its storage filesystem
+  (``get_file_info``, ``open_input_stream``, read): ``trial_folder_names``,
+  ``read_trial_file``, ``folder_files``. Same.
+- the checkpoints (:mod:`.checkpoint_manager`): ``_CheckpointManager.register_checkpoint``
+  (called with a ``_TrainingResult(Checkpoint(path, filesystem), metrics)``, as
+  ``Trial.on_checkpoint`` does), ``trial.storage.current_checkpoint_index`` (written: the
+  next checkpoint's number follows the newest), ``latest_checkpoint_result.metrics`` (read):
+  ``advance_to``, ``checkpoint_metrics``. Same.
+
+Where the next accesses go: why an actor
 died (``ActorDiedError``'s death cause, the state API: issue 28) in a module of its own beside
 :mod:`.nodes`, its version gate in :mod:`statemachine.tune.compat`.
 
