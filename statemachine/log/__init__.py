@@ -12,21 +12,23 @@ from statemachine.log.records import (
     StoredEvent,
 )
 from statemachine.log.replay import (
-    Divergence,
     ReplayStep,
-    SeqGap,
-    SessionSpan,
     TrialReplay,
-    Verifier,
-    VerifyResult,
     rehydrate,
     replay_experiment,
     replay_trial,
-    verify,
 )
-from statemachine.log.snapshot_sql import SnapshotLoad
+from statemachine.log.snapshot import SnapshotLoad
 from statemachine.log.store import EventStore
 from statemachine.log.transfer import EXPORT_SCHEMA, ExportFile, export_records, read_export
+from statemachine.log.verification import (
+    Divergence,
+    SeqGap,
+    SessionSpan,
+    Verifier,
+    VerifyResult,
+    verify,
+)
 
 __all__ = [
     "EXPORT_SCHEMA",

@@ -17,12 +17,11 @@ from statemachine.log.engine import translated
 from statemachine.log.mapper import (
     EVENT_COLUMNS,
     FOLD_COLUMNS,
-    FoldRow,
     experiment_info,
     session_info,
     stored_event,
 )
-from statemachine.log.records import ExperimentInfo, SessionInfo, StoredEvent, utc
+from statemachine.log.records import ExperimentInfo, FoldRow, SessionInfo, StoredEvent, utc
 from statemachine.log.schema import driver_sessions, events, experiments
 
 if TYPE_CHECKING:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Integer, bindparam, func, select
@@ -23,7 +22,7 @@ from statemachine.log.mapper import EVENT_COLUMNS, stored_event
 from statemachine.log.queries import chunks
 from statemachine.log.records import DriverSession, StoredEvent, utcnow
 from statemachine.log.schema import events, snapshots
-from statemachine.log.snapshot import decode_state, encode_state, machine_version
+from statemachine.log.snapshot import SnapshotLoad, decode_state, encode_state, machine_version
 
 if TYPE_CHECKING:
     from statemachine.log.store import Connections
@@ -31,18 +30,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("statemachine.log")
 
 _SNAPSHOT_VALUES = ("seq", "state", "machine_version", "epoch", "taken_at")
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotLoad:
-    """The usable snapshots of an experiment's trials, and the trials whose one is unusable.
-
-    ``unusable`` trials have a snapshot written by this state machine that does not decode;
-    they are folded from all their events (:meth:`EventStore.read_tails` ``refold=``).
-    """
-
-    states: dict[str, TrialState]
-    unusable: frozenset[str] = field(default_factory=frozenset)
 
 
 class SnapshotTable:

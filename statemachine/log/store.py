@@ -55,13 +55,13 @@ from statemachine.log.appends import Appends
 from statemachine.log.dialect import DEFAULT_BUSY_TIMEOUT_MS, WRITER, backend_for, backend_of
 from statemachine.log.engine import describe, make_engine, to_url, translated
 from statemachine.log.file_watch import FileWatch
-from statemachine.log.mapper import FoldRow
 from statemachine.log.queries import Queries, chunks
 from statemachine.log.records import (
     SESSION_KINDS,
     AppendRequest,
     DriverSession,
     ExperimentInfo,
+    FoldRow,
     SessionInfo,
     StoredEvent,
     check_storable,
@@ -71,7 +71,8 @@ from statemachine.log.records import (
     utcnow,
 )
 from statemachine.log.schema import driver_sessions, events, experiments
-from statemachine.log.snapshot_sql import SnapshotLoad, SnapshotTable
+from statemachine.log.snapshot import SnapshotLoad
+from statemachine.log.snapshot_sql import SnapshotTable
 from statemachine.log.transfer import ExportFile, import_export
 
 __all__ = ["Connections", "EventStore", "FoldRow", "schema_revision"]

@@ -8,7 +8,7 @@ into another store and the export of that are byte-identical.
 
 Import reads the file twice, line by line (memory holds one line and one state per trial,
 never the file): :func:`read_export` validates every line against :data:`EXPORT_SCHEMA` and
-replays the whole experiment through :class:`~statemachine.log.replay.Verifier` before
+replays the whole experiment through :class:`~statemachine.log.verification.Verifier` before
 anything is written; :meth:`EventStore.import_experiment` then copies the rows verbatim
 (times, epochs, event ids, recorded decisions) in one transaction of the store's writer, with
 a snapshot of every trial's fold (snapshots are a cache of this code's fold, so they are
@@ -48,9 +48,9 @@ from statemachine.log.records import (
 )
 from statemachine.log.schema import driver_sessions, events, experiments, snapshots
 from statemachine.log.snapshot import encode_state, machine_version
+from statemachine.log.verification import SessionSpan, Verifier, VerifyResult
 
 if TYPE_CHECKING:
-    from statemachine.log.replay import VerifyResult
     from statemachine.log.store import EventStore
 
 FORMAT = "statemachine-export"
@@ -382,7 +382,6 @@ def read_export(path: Path) -> ExportFile:
     follow each other, and no session or event be newer than the header's epoch. The events
     are replayed with :func:`~statemachine.log.verify`'s checks into :attr:`ExportFile.result`.
     """
-    from statemachine.log.replay import SessionSpan, Verifier
 
     header: dict[str, Any] | None = None
     sessions: list[dict[str, Any]] = []
