@@ -4,6 +4,8 @@ See ``docs/log-api.md`` for the contract the Tune integration and the CLI code a
 """
 
 from statemachine.log.experiment_log import ExperimentLog
+from statemachine.log.export_file import ExportFile, export_records, read_export
+from statemachine.log.export_format import EXPORT_SCHEMA
 from statemachine.log.records import (
     AppendRequest,
     DriverSession,
@@ -20,7 +22,6 @@ from statemachine.log.replay import (
 )
 from statemachine.log.snapshot import SnapshotLoad
 from statemachine.log.store import EventStore
-from statemachine.log.transfer import EXPORT_SCHEMA, ExportFile, export_records, read_export
 from statemachine.log.verification import (
     Divergence,
     SeqGap,

@@ -14,10 +14,16 @@ from datetime import datetime
 from typing import Protocol
 
 from statemachine.domain.state import TrialState
-from statemachine.log.records import FoldRow, SessionInfo, StoredEvent
+from statemachine.log.records import ExperimentInfo, FoldRow, SessionInfo, StoredEvent
 from statemachine.log.snapshot import SnapshotLoad
 
-__all__ = ["EventHistory", "ReplayHistory", "SnapshotHistory", "VerifiableHistory"]
+__all__ = [
+    "EventHistory",
+    "ExportableHistory",
+    "ReplayHistory",
+    "SnapshotHistory",
+    "VerifiableHistory",
+]
 
 
 class EventHistory(Protocol):
@@ -82,6 +88,19 @@ class VerifiableHistory(EventHistory, Protocol):
 
     def load_snapshots(self, experiment: str) -> dict[str, TrialState]:
         """The usable snapshot of each trial."""
+        ...
+
+    def list_sessions(self, experiment: str) -> Sequence[SessionInfo]:
+        """The experiment's driver sessions, oldest first."""
+        ...
+
+
+class ExportableHistory(EventHistory, Protocol):
+    """The reads of :func:`~statemachine.log.export_file.export_records`: the experiment's
+    header, its sessions and its rows."""
+
+    def list_experiments(self) -> Sequence[ExperimentInfo]:
+        """Every experiment of the source, with its header fields."""
         ...
 
     def list_sessions(self, experiment: str) -> Sequence[SessionInfo]:

@@ -54,6 +54,7 @@ from statemachine.log import migrate
 from statemachine.log.appends import Appends
 from statemachine.log.dialect import DEFAULT_BUSY_TIMEOUT_MS, WRITER, backend_for, backend_of
 from statemachine.log.engine import describe, make_engine, to_url, translated
+from statemachine.log.export_file import ExportFile
 from statemachine.log.file_watch import FileWatch
 from statemachine.log.queries import Queries, chunks
 from statemachine.log.records import (
@@ -73,7 +74,7 @@ from statemachine.log.records import (
 from statemachine.log.schema import driver_sessions, events, experiments
 from statemachine.log.snapshot import SnapshotLoad
 from statemachine.log.snapshot_sql import SnapshotTable
-from statemachine.log.transfer import ExportFile, import_export
+from statemachine.log.transfer import import_export
 
 __all__ = ["Connections", "EventStore", "FoldRow", "schema_revision"]
 

@@ -4,7 +4,7 @@ The fold of :mod:`.replay` runs the table compiled from the machine; :func:`veri
 the machine, the definition, so it checks every decision the live path recorded against it.
 :class:`Verifier` takes one row at a time, from a store (:func:`verify`, through the
 :class:`~statemachine.log.history.VerifiableHistory` it reads) or from an export file being
-imported (:func:`~statemachine.log.transfer.read_export`, before anything is written).
+imported (:func:`~statemachine.log.export_file.read_export`, before anything is written).
 """
 
 from __future__ import annotations
