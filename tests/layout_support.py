@@ -1,6 +1,6 @@
 """Reading the package's shape from its source: every module, what each imports (at the top,
 deferred inside a function, or under ``TYPE_CHECKING``), the import circles, the sizes. Used
-by tests/test_layout.py (the whole package) and tests/tune/test_tune_layout.py (the Ray
+by tests/test_package_layout.py (the whole package) and tests/tune/test_tune_layout.py (the Ray
 surface)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The shape of ``statemachine.tune``: the Ray surface at the bottom (it imports no other module
-of the integration). No circles and the size budget: tests/test_layout.py, for the whole
+of the integration). No circles and the size budget: tests/test_package_layout.py, for the whole
 package."""
 
 from __future__ import annotations
