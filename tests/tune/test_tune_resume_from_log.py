@@ -75,19 +75,32 @@ def scenario(tmp: Path, kind: str, callback: str, kill_after: int) -> dict[str, 
         assert restore.wait(timeout=600) == 0, (tmp / "restore.log").read_text()[-3000:]
     finally:
         kill_group(restore)
+    url = f"sqlite:///{storage / 'exp' / 'statemachine.db'}"
+    records = [] if callback == "0" else resume_records(url)
     figures = {"kind": kind, "callback": callback, "kill_after": kill_after,
                "executed_at_kill": at_kill, "redone": redone(ctl),
                "executed": len(executed(ctl)), "trials_started_at_kill": len(running),
                "restore_s": round(time.monotonic() - before, 1),
                "total_s": round(time.monotonic() - started, 1),
-               "grid": json.loads((tmp / "out.json").read_text()),
-               "url": f"sqlite:///{storage / 'exp' / 'statemachine.db'}"}
+               "advanced": sum(r.type_name == "ResumeAdvanced" for r in records),
+               "kept_finished": sum(r.type_name == "ResumeAdvanced" and r.finished is not None
+                                    for r in records),
+               "grid": json.loads((tmp / "out.json").read_text()), "url": url}
     out = os.environ.get("STATEMACHINE_RESUME_FIGURES")
     if out:
         with open(out, "a") as f:
             f.write(json.dumps({k: v for k, v in figures.items() if k != "grid"}) + "\n")
     print(json.dumps({k: v for k, v in figures.items() if k != "grid"}))
     return figures
+
+
+def resume_records(url: str) -> list[Any]:
+    """Every ``ResumeAdvanced``/``ResumeNotAdvanced`` in the log."""
+    from statemachine.log import EventStore
+
+    with EventStore.open(url, create=False) as store:
+        return [e.event for t in store.list_trials("exp") for e in store.read_trial("exp", t)
+                if e.type_name in ("ResumeAdvanced", "ResumeNotAdvanced")]
 
 
 def uninterrupted_grid() -> dict[str, list[Any]]:
