@@ -28,16 +28,25 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from statemachine.domain.events import CheckpointSaved, ResumeAdvanced, ResumeNotAdvanced
+from statemachine.domain.events import (
+    CheckpointSaved,
+    Event,
+    ResumeAdvanced,
+    ResumeNotAdvanced,
+    TrialCompleted,
+    TrialFailed,
+    TrialStopped,
+)
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Status
 from statemachine.tune.ray_surface import checkpoint_manager as ray_checkpoints
 from statemachine.tune.ray_surface import trials as ray_trial
+from statemachine.tune.reconcile import ENDED_WITH_EXPERIMENT
 from statemachine.tune.tracking import TrialTracker
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ResumePlan", "advance", "last_rows", "plan_resume"]
+__all__ = ["ResumePlan", "advance", "end_to_keep", "last_rows", "plan_resume"]
 
 #: Why newer work the log knows is redone anyway (``ResumeNotAdvanced.reason``).
 TURNED_OFF = "the user turned it off (EventLogCallback(resume_from_log=False))"
@@ -63,15 +72,33 @@ class ResumePlan:
     or it is advanced)."""
 
 
+def end_to_keep(events: list[Event]) -> bool:
+    """Whether the trial's last end is one a resume keeps: it completed, failed for good, or
+    was stopped by Tune or the user; not a stop because the whole experiment ended (a driver
+    aborted by an exception stops what is left, which Ray's older state still has queued and
+    a resume runs, as Ray would)."""
+    for event in reversed(events):
+        if isinstance(event, (TrialCompleted, TrialFailed)):
+            return True
+        if isinstance(event, TrialStopped):
+            return event.reason != ENDED_WITH_EXPERIMENT
+    return False
+
+
 def plan_resume(state: TrialState, ray_status: str, ray_checkpoint: str | None,
-                ray_num_failures: int, *, enabled: bool = True) -> ResumePlan:
+                ray_num_failures: int, *, enabled: bool = True,
+                keep_end: bool = True) -> ResumePlan:
     """What the log knows beyond Ray's restored state, for one trial the log holds.
 
-    ``ray_status``, ``ray_checkpoint``, ``ray_num_failures``: Ray's restored trial. Pure.
+    ``ray_status``, ``ray_checkpoint``, ``ray_num_failures``: Ray's restored trial;
+    ``keep_end``: the log's end is one to keep (:func:`end_to_keep`). Pure.
     """
     finished: str | None = None
-    if state.status in (Status.TERMINATED, Status.ERROR) and ray_status in _UNFINISHED:
+    if (state.status in (Status.TERMINATED, Status.ERROR) and ray_status in _UNFINISHED
+            and keep_end):
         finished = state.status.value
+    elif state.status.is_terminal and not keep_end:
+        return ResumePlan()  # Ray runs it again, from its own state, as without the crash
     logged = state.checkpoints
     if ray_checkpoint is None:
         newer = logged
@@ -158,8 +185,10 @@ def advance(trials: list[Any], tracker: TrialTracker, *, enabled: bool = True) -
         if state is None:
             continue  # not in the log: Ray's saved state is all there is
         ray_from = ray_trial.current_checkpoint(trial)
+        events = _events(tracker, trial) if state.status.is_terminal else []
         plan = plan_resume(state, ray_trial.status(trial), ray_from,
-                           ray_trial.num_failures(trial), enabled=enabled)
+                           ray_trial.num_failures(trial), enabled=enabled,
+                           keep_end=end_to_keep(events) if state.status.is_terminal else True)
         if plan.reason is not None:
             tracker.record(trial, ResumeNotAdvanced(
                 checkpoint=state.latest_checkpoint, reason=plan.reason))
@@ -167,7 +196,7 @@ def advance(trials: list[Any], tracker: TrialTracker, *, enabled: bool = True) -
         if plan.finished is None and not plan.newer:
             continue
         last, named = last_rows(ray_trial.read_trial_file(trial, "result.json"))
-        iterations = _iterations(tracker, trial)
+        iterations = _iterations(events or _events(tracker, trial))
         applied = _checked(trial, plan, last, named, iterations)
         before = _iteration(ray_checkpoints.checkpoint_metrics(trial))
         if applied.checkpoints:
@@ -195,13 +224,14 @@ def advance(trials: list[Any], tracker: TrialTracker, *, enabled: bool = True) -
                                                     reason=applied.missing))
 
 
-def _iterations(tracker: TrialTracker, trial: Any) -> dict[str, int]:
-    """The iteration of each checkpoint the log recorded it for (the newest record wins)."""
+def _events(tracker: TrialTracker, trial: Any) -> list[Event]:
     recorder = tracker.recorder
-    if recorder is None:
-        return {}
-    return {event.checkpoint: event.iteration
-            for event in recorder.events(ray_trial.trial_id(trial))
+    return recorder.events(ray_trial.trial_id(trial)) if recorder is not None else []
+
+
+def _iterations(events: list[Event]) -> dict[str, int]:
+    """The iteration of each checkpoint the log recorded it for (the newest record wins)."""
+    return {event.checkpoint: event.iteration for event in events
             if isinstance(event, CheckpointSaved) and event.iteration is not None}
 
 

@@ -89,6 +89,10 @@ def test_resume_errored_keeps_rays_counts_and_the_log_agrees(
     recreated = [t for t in ours["saved"] for e in stored_events(ours["url"], "exp", t)
                  if e.type_name == "TrialRecreated"]
     assert recreated == []  # no trial Ray restored is taken for a new one
+    # the trainable always fails: every trial that runs ends ERROR; one kept TERMINATED would
+    # be a trial the aborted driver stopped (the experiment ended), wrongly kept finished
+    assert {status for status, _ in ours["final"].values()} == {"ERROR"}
+    assert {status for status, _ in plain["final"].values()} == {"ERROR"}
     for trial_id, (status, failures) in ours["final"].items():
         assert (states[trial_id].status.value, states[trial_id].failures) == (status, failures)
     by_index = {tid.rsplit("_", 1)[-1]: v for tid, v in plain["final"].items()}

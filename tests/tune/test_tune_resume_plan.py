@@ -20,6 +20,7 @@ from statemachine.domain.events import (
     TrialCompleted,
     TrialFailed,
     TrialStarted,
+    TrialStopped,
 )
 from statemachine.domain.failures import TrainingError
 from statemachine.domain.machine import apply, fold
@@ -172,3 +173,19 @@ def test_resume_from_log_is_checked_when_the_callback_is_made() -> None:
     off = EventLogCallback(resume_from_log=False)
     assert pickle.loads(pickle.dumps(off)).resume_from_log is False  # back with Tuner.restore
     assert EventLogCallback().resume_from_log is True
+
+
+def test_a_stop_because_the_experiment_ended_is_not_kept() -> None:
+    """A driver aborted by an exception stops what is left (``TrialStopped("the experiment
+    ended")``); Ray's older state still has those trials queued, and they run again."""
+    from statemachine.tune.reconcile import ENDED_WITH_EXPERIMENT, NOT_RESUMED
+    from statemachine.tune.resume_from_log import end_to_keep
+
+    ended = [TrialStarted(), TrialStopped(ENDED_WITH_EXPERIMENT)]
+    state = folded(ended)
+    assert not end_to_keep(ended)
+    assert plan_resume(state, "PENDING", None, 0, keep_end=False) == ResumePlan()
+    assert end_to_keep([TrialStarted(), TrialCompleted()])
+    assert end_to_keep([TrialStarted(), TrialFailed(error=BOOM)])
+    assert end_to_keep([TrialStopped(NOT_RESUMED)])
+    assert not end_to_keep([])
