@@ -41,7 +41,7 @@ from statemachine.domain.state import TrialState
 from statemachine.domain.status import Status
 from statemachine.tune.ray_surface import checkpoint_manager as ray_checkpoints
 from statemachine.tune.ray_surface import trials as ray_trial
-from statemachine.tune.reconcile import ENDED_WITH_EXPERIMENT
+from statemachine.tune.reconcile import ENDED_WITH_EXPERIMENT, STOPPED_BY_TUNE
 from statemachine.tune.tracking import TrialTracker
 
 logger = logging.getLogger(__name__)
@@ -73,15 +73,16 @@ class ResumePlan:
 
 
 def end_to_keep(events: list[Event]) -> bool:
-    """Whether the trial's last end is one a resume keeps: it completed, failed for good, or
-    was stopped by Tune or the user; not a stop because the whole experiment ended (a driver
-    aborted by an exception stops what is left, which Ray's older state still has queued and
-    a resume runs, as Ray would)."""
+    """Whether the trial's last end is one a resume keeps: it completed, failed for good, was
+    stopped by its scheduler (``on_trial_complete`` of a trial not running) or skipped by an
+    earlier ``Tuner.restore``; not a stop of the whole experiment (the end of an aborted
+    driver stops what is left, which Ray's older state still has queued and a resume runs, as
+    Ray would: ``the experiment ended``, ``stopped by Tune``)."""
     for event in reversed(events):
         if isinstance(event, (TrialCompleted, TrialFailed)):
             return True
         if isinstance(event, TrialStopped):
-            return event.reason != ENDED_WITH_EXPERIMENT
+            return event.reason not in (ENDED_WITH_EXPERIMENT, STOPPED_BY_TUNE)
     return False
 
 

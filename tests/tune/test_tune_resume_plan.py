@@ -184,6 +184,8 @@ def test_a_stop_because_the_experiment_ended_is_not_kept() -> None:
     ended = [TrialStarted(), TrialStopped(ENDED_WITH_EXPERIMENT)]
     state = folded(ended)
     assert not end_to_keep(ended)
+    assert not end_to_keep([TrialStarted(), TrialStopped("stopped by Tune")])
+    assert end_to_keep([TrialStarted(), TrialStopped("stopped while PAUSED")])
     assert plan_resume(state, "PENDING", None, 0, keep_end=False) == ResumePlan()
     assert end_to_keep([TrialStarted(), TrialCompleted()])
     assert end_to_keep([TrialStarted(), TrialFailed(error=BOOM)])
