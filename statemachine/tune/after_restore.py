@@ -54,7 +54,8 @@ def align_restored_trials(trials: list[Any], tracker: TrialTracker, experiment: 
         ray_failures = ray_trial.num_failures(trial)
         current = ray_trial.current_checkpoint(trial)
         plan = reconcile(state, ray_trial.status(trial), ray_failures, current, known=known,
-                         ray_fresh=ray_trial.never_ran(trial) and not left_traces(trial))
+                         ray_fresh=ray_trial.never_ran(trial) and not restored_by_ray(
+                             trial, tracker))
         if plan.event is not None:
             tracker.record(trial, plan.event)
         if plan.adopted is not None:
@@ -86,6 +87,14 @@ def align_restored_trials(trials: list[Any], tracker: TrialTracker, experiment: 
 #: What Ray writes into a trial's folder once the trial has started (``params.json`` at its
 #: start, ``result.json`` with its results, ``error.txt`` at a failure, its checkpoints).
 _RAN_MARKERS = ("params.json", "result.json", "error.txt", "progress.csv")
+
+
+def restored_by_ray(trial: Any, tracker: TrialTracker) -> bool:
+    """Whether Ray's trial is the one it restored from its saved experiment state (seen by
+    the requeue hook, :mod:`.ray_surface.requeue`) or its folder shows it ran: the same trial
+    as before the restart, even where Ray's state is older than its first failure (PENDING,
+    no result, no failure), not a new trial behind a reused id."""
+    return ray_trial.trial_id(trial) in tracker.from_ray_state or left_traces(trial)
 
 
 def left_traces(trial: Any) -> bool:

@@ -335,6 +335,7 @@ class EventLogCallback(Callback):
         self._session_kind = "restore"
         self._ensure_log(trials[0], trials)
         self._opened_for_requeue = True
+        self._tracker.from_ray_state.update(ray_trial.trial_id(t) for t in trials)
         advance(trials, self._tracker, enabled=self.resume_from_log)
 
     @_never_raises
