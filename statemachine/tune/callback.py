@@ -20,11 +20,9 @@ every read or write of Ray's objects (:mod:`.ray_surface`).
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from ray.tune import Callback
 
@@ -51,6 +49,8 @@ from statemachine.tune.callback_arguments import (
     checked_url,
 )
 from statemachine.tune.compat import check_ray
+from statemachine.tune.hook_guard import never_raises as _never_raises
+from statemachine.tune.hook_guard import tune_trials as _trials
 from statemachine.tune.log_session import LogSession
 from statemachine.tune.ray_surface import checkpoint_manager as ray_checkpoints
 from statemachine.tune.ray_surface import requeue
@@ -62,30 +62,6 @@ from statemachine.tune.steering import Steering
 from statemachine.tune.tracking import TrialTracker
 
 logger = logging.getLogger(__name__)
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _never_raises(method: _F) -> _F:
-    """Report any exception of a hook instead of letting it abort the Tune run."""
-
-    @functools.wraps(method)
-    def guarded(self: EventLogCallback, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except Exception:  # an escaping exception aborts the whole run
-            self.hook_errors += 1
-            logger.exception("statemachine: %s failed; the run continues", method.__name__)
-            return None
-
-    return guarded  # type: ignore[return-value]
-
-
-def _trials(trials: Any) -> list[Any]:
-    """Tune's list of trials; ``None`` (Ray's own tests call hooks so) or anything that is not
-    a list of trials is no trial at all."""
-    return [t for t in trials if t is not None] if isinstance(trials, list | tuple) else []
-
 
 def _before_requeue(callbacks: list[Any], trials: list[Any]) -> None:
     """Ray's requeue hook (:mod:`.ray_surface.requeue`): every event log callback of the
