@@ -104,7 +104,7 @@ def test_rays_callback_save_restore_with_the_callback_in_the_controller(
     runner.add_trial(Trial("__fake", stub=True, storage=storage))
     for i in range(3):
         runner._callbacks.on_trial_result(iteration=i, trials=None, trial=None, result=None)
-    runner.checkpoint(force=True)
+    runner.checkpoint(force=True, wait=True)  # 2.40 syncs to storage in the background
     again = Stateful()
     ours_again = EventLogCallback()
     runner2 = TuneController(callbacks=[again, ours_again], storage=storage)
