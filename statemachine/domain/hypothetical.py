@@ -42,17 +42,22 @@ class Overrides:
     """The hypothetical policy of each policy in force, made once per policy (a fold asks
     for it at every event)."""
 
-    __slots__ = ("_made", "changes")
+    __slots__ = ("_last", "_made", "changes")
 
     def __init__(self, changes: Mapping[str, Any]) -> None:
         self.changes = changes
         self._made: dict[RetryPolicy, RetryPolicy] = {}
+        self._last: tuple[RetryPolicy, RetryPolicy] | None = None
 
     def __call__(self, policy: RetryPolicy) -> RetryPolicy:
         """``policy`` with the changes applied."""
+        last = self._last
+        if last is not None and last[0] is policy:  # the common case: no hash of a policy
+            return last[1]
         made = self._made.get(policy)
         if made is None:
             made = self._made[policy] = hypothetical(policy, self.changes)
+        self._last = (policy, made)
         return made
 
 
