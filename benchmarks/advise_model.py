@@ -84,7 +84,7 @@ def _trial(model: FailureModel, rng: random.Random, trial_id: str, now: float,
     def emit(event: Event) -> None:
         apply_compiled(state, event)
         out.events.append(event)
-        out.times.append(now)
+        out.times.append(round(now, 3))  # milliseconds: what a log's time column keeps
 
     emit(PolicySet(policy=model.policy))
     emit(TrialAdded(config={"lr": 0.1}))
@@ -120,7 +120,7 @@ def _trial(model: FailureModel, rng: random.Random, trial_id: str, now: float,
             now_ckpt = now + (next_ckpt - done) * 3600
             apply_compiled(state, CheckpointSaved(checkpoint=path))
             out.events.append(CheckpointSaved(checkpoint=path))
-            out.times.append(now_ckpt)
+            out.times.append(round(now_ckpt, 3))
             progress[path] = next_ckpt
             next_ckpt += model.checkpoint_h
         now += ran * 3600
