@@ -13,7 +13,8 @@ def test_wilson_matches_the_textbook_interval() -> None:
     assert (e.value, round(e.low or 0, 3), round(e.high or 0, 3)) == (0.3, 0.108, 0.603)
     assert wilson(0, 0).value is None
     zero = wilson(0, 20)
-    assert zero.low == pytest.approx(0.0, abs=1e-12) and zero.high is not None and 0.16 < zero.high < 0.17
+    assert zero.low == pytest.approx(0.0, abs=1e-12)
+    assert zero.high is not None and 0.16 < zero.high < 0.17
     with pytest.raises(ValueError):
         wilson(4, 3)
 
