@@ -58,11 +58,11 @@ def recorded_policy(histories: Sequence[TrialHistory]) -> RetryPolicy:
 
 def advise(histories: Sequence[TrialHistory], grid: Grid | None = None, *,
            experiments: Sequence[str] = (), samples: int = 200, seed: int = 0,
-           target: float = TARGET, keep_trials: bool = False) -> Advice:
-    """Fit, sweep and recommend over ``histories``."""
+           target: float = TARGET, keep_trials: bool = False, jobs: int = 1) -> Advice:
+    """Fit, sweep and recommend over ``histories`` (the sweep in ``jobs`` processes)."""
     fitted = estimate(histories)
     sweep = Sweep(histories, fitted, samples=samples, seed=seed, keep_trials=keep_trials)
     base = recorded_policy(histories)
-    results = tuple(sweep.run((grid or Grid()).changes(), base))
+    results = tuple(sweep.run((grid or Grid()).changes(), base, jobs))
     chosen = recommend(fitted, results, can_simulate=sweep.can_simulate, target=target)
     return Advice(tuple(experiments), base, fitted, results, chosen, sweep.samples, seed)

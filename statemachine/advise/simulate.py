@@ -26,7 +26,6 @@ from statemachine.domain.compiled import step_compiled
 from statemachine.domain.events import (
     CheckpointSaved,
     Event,
-    FirstResult,
     RestoreSucceeded,
     TrialCompleted,
     TrialFailed,
@@ -34,17 +33,20 @@ from statemachine.domain.events import (
 )
 from statemachine.domain.failures import ActorError, RestoreError, TrainingError
 from statemachine.domain.hypothetical import Overrides
+from statemachine.domain.policy import RestorePhase, RetryPolicy
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Status
 
 #: A simulated trial that has not ended after this many more attempts is counted as not
 #: saved (an unlimited budget against a failure that always comes).
 MAX_ATTEMPTS = 60
-_RESTORE_FAILED = RestoreError("statemachine.advise.Simulated", "simulated restore failure")
-_TRAINING_FAILED = TrainingError("statemachine.advise.Simulated", "simulated training failure")
-_PREEMPTED = ActorError("statemachine.advise.Simulated", "simulated preemption", preempted=True)
+_RESTORE_FAILED = TrialFailed(error=RestoreError("statemachine.advise.Simulated",
+                                                "simulated restore failure"))
+_TRAINING_FAILED = TrialFailed(error=TrainingError("statemachine.advise.Simulated",
+                                                   "simulated training failure"))
+_PREEMPTED = TrialFailed(error=ActorError("statemachine.advise.Simulated",
+                                          "simulated preemption", preempted=True))
 _RESTORED = RestoreSucceeded()
-_FIRST = FirstResult()
 _DONE = TrialCompleted()
 
 
@@ -138,16 +140,18 @@ def continue_trial(state: TrialState, h: TrialHistory, policy_of: Overrides, mod
                    thetas: list[Theta], rng: random.Random, deterministic: bool) -> list[Outcome]:
     """One continuation of ``state`` per parameter draw in ``thetas``."""
     repeat = _repeat(h) if deterministic else None
-    outcomes = []
-    for theta in thetas:
-        outcomes.append(_one(state.copy(), h, policy_of, model, theta, rng, repeat))
-    return outcomes
+    # No PolicySet is drawn: the policy stays. Its restore phase is Ray's: a drawn attempt
+    # that restored trains at once (a FirstResult would end an until_first_report phase
+    # there), so both phases decide a drawn failure alike and no FirstResult is folded.
+    policy = policy_of(state.policy).replace(restore_phase=RestorePhase.RAY)
+    starts: dict[str | None, TrialStarted] = {}
+    return [_one(state.copy(), h, policy, model, theta, rng, repeat, starts)
+            for theta in thetas]
 
 
-def _one(st: TrialState, h: TrialHistory, policy_of: Overrides, model: Model, theta: Theta,
-         rng: random.Random, repeat: tuple[TrialFailed, float] | None) -> Outcome:
-    policy = policy_of(st.policy)  # no PolicySet is drawn: the policy stays
-
+def _one(st: TrialState, h: TrialHistory, policy: RetryPolicy, model: Model, theta: Theta,
+         rng: random.Random, repeat: tuple[TrialFailed, float] | None,
+         starts: dict[str | None, TrialStarted]) -> Outcome:
     def fold(event: Event) -> None:
         step_compiled(st, event, policy)
 
@@ -160,7 +164,10 @@ def _one(st: TrialState, h: TrialHistory, policy_of: Overrides, model: Model, th
     rate = theta.hazard + theta.preempt
     while st.status is Status.PENDING and attempts < MAX_ATTEMPTS:
         checkpoint = st.latest_checkpoint
-        fold(TrialStarted(restore_from=checkpoint))
+        start = starts.get(checkpoint)
+        if start is None:
+            start = starts[checkpoint] = TrialStarted(restore_from=checkpoint)
+        fold(start)
         attempts += 1
         hours += model.schedule_h
         if _status(st) is Status.RESTORING:
@@ -168,10 +175,9 @@ def _one(st: TrialState, h: TrialHistory, policy_of: Overrides, model: Model, th
             chance = theta.restore_chance(streak + 1, policy.avoid_failed_nodes)
             if rng.random() >= chance:
                 streak += 1
-                fold(TrialFailed(error=_RESTORE_FAILED))
+                fold(_RESTORE_FAILED)
                 continue
             fold(_RESTORED)
-            fold(_FIRST)
             if checkpoint is not None:
                 kept_s = progress.get(checkpoint, recorded.get(checkpoint))
                 if kept_s is not None:
@@ -199,7 +205,7 @@ def _one(st: TrialState, h: TrialHistory, policy_of: Overrides, model: Model, th
                 progress[path] = done * 3600
                 fold(CheckpointSaved(checkpoint=path))
         preempted = rng.random() * rate < theta.preempt
-        fold(TrialFailed(error=_PREEMPTED if preempted else _TRAINING_FAILED))
+        fold(_PREEMPTED if preempted else _TRAINING_FAILED)
     return Outcome(st.status is Status.TERMINATED, attempts, hours)
 
 

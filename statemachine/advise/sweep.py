@@ -14,8 +14,10 @@ effective rules.
 from __future__ import annotations
 
 import itertools
+import multiprocessing as mp
 import random
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -31,8 +33,8 @@ from statemachine.domain.status import Status
 
 #: Continuations drawn per policy at most: with many trials to continue, fewer samples (each
 #: a draw for every such trial) are taken, never fewer than :data:`MIN_SAMPLES`.
-DRAW_BUDGET = 12_000
-MIN_SAMPLES = 40
+DRAW_BUDGET = 8_000
+MIN_SAMPLES = 30
 
 #: The fields a sweep varies, in the order a policy is described.
 SWEPT = ("restore_retry_num", "max_failures", "on_restore_exhausted", "avoid_failed_nodes",
@@ -124,6 +126,16 @@ class PolicyResult:
         }
 
 
+#: The sweep and base policy a forked worker runs (set just before the fork).
+_FORKED: tuple[Sweep, RetryPolicy] | None = None
+
+
+def _one_forked(changes: dict[str, Any]) -> PolicyResult:
+    assert _FORKED is not None
+    sweep, base = _FORKED
+    return sweep.one(changes, base)
+
+
 def _state_key(state: TrialState) -> tuple[Any, ...]:
     return tuple(getattr(state, f.name) for f in fields(state) if f.name not in ("seq",))
 
@@ -159,9 +171,22 @@ class Sweep:
         """Whether a continuation can be drawn (some trial completed: its work is known)."""
         return self._model is not None
 
-    def run(self, changes: Iterable[Mapping[str, Any]], base: RetryPolicy) -> list[PolicyResult]:
-        """Every policy of ``changes`` (applied to ``base`` to name the policy)."""
-        return [self.one(dict(c), base) for c in changes]
+    def run(self, changes: Iterable[Mapping[str, Any]], base: RetryPolicy,
+            jobs: int = 1) -> list[PolicyResult]:
+        """Every policy of ``changes`` (applied to ``base`` to name the policy), in ``jobs``
+        processes (forked: each reads the histories it inherited). The figures are the same
+        for any ``jobs``: a continuation's draws depend on the seed and the trial only."""
+        listed = [dict(c) for c in changes]
+        if jobs <= 1 or len(listed) < 8 or "fork" not in mp.get_all_start_methods():
+            return [self.one(c, base) for c in listed]
+        global _FORKED
+        _FORKED = (self, base)
+        try:
+            with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
+                chunk = max(1, len(listed) // (jobs * 4))
+                return list(pool.map(_one_forked, listed, chunksize=chunk))
+        finally:
+            _FORKED = None
 
     def one(self, changes: dict[str, Any], base: RetryPolicy) -> PolicyResult:
         """One policy's result."""

@@ -3,6 +3,7 @@ that ended ERROR, at what cost, with the evidence (docs/cli.md, "advise")."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,9 @@ class ChoiceListType(click.types.StringParamType):
               help="Seed of the simulation: the same seed, the same figures.")
 @click.option("--target", type=FiniteFloat(0.01, 1.0), default=0.9, show_default=True,
               help="Recommend the cheapest policy saving this share of the best one's.")
+@click.option("--jobs", type=count(1, 64), default=min(2, os.cpu_count() or 1),
+              show_default="2, or 1 on one core",
+              help="Processes the sweep runs in (the figures do not depend on it).")
 @click.option("-o", "--output", "path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also draw the front: FILE.html or FILE.png.")
 @json_option
@@ -109,7 +113,7 @@ def advise_command(
     max_failures: tuple[int, ...], on_restore_exhausted: tuple[str, ...] | None,
     avoid_failed_nodes: str, max_preemptions: tuple[int | None, ...] | None,
     restore_phase: tuple[str, ...] | None, samples: int, seed: int, target: float,
-    path: Path | None, as_json: bool,
+    jobs: int, path: Path | None, as_json: bool,
 ) -> int:
     """Which retry policy would have saved the trials that ended ERROR, at what cost: the
     estimates the log supports (with intervals), a sweep of policies replayed through the
@@ -142,7 +146,7 @@ def advise_command(
     for warning in read.warnings:
         out.warn(warning)
     result = advise(read.histories, grid, experiments=names, samples=samples, seed=seed,
-                    target=target)
+                    target=target, jobs=jobs)
     if path is not None:
         from statemachine.cli.advise_plot import write_plot
 
