@@ -107,6 +107,9 @@ def evidence(estimates: Estimates) -> tuple[str, ...]:
         f"training fails {_rate(estimates.training_hazard, 'hour')}",
         f"preemptions: {_rate(estimates.preemption_rate, 'node-hour')}",
     ]
+    if estimates.restore.n == 0:
+        lines.append("no restore was recorded: a simulated restore succeeds with a chance "
+                     "drawn uniformly from 0 to 1 (Jeffreys prior), so the intervals are wide")
     for d in estimates.deterministic:
         lines.append(f"no budget saves {d.trial_id}: {d.evidence}")
     return tuple(lines)

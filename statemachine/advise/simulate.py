@@ -50,13 +50,14 @@ _RESTORED = RestoreSucceeded()
 _DONE = TrialCompleted()
 
 
-def _beta(rng: random.Random, e: Estimate) -> float | None:
-    if e.n == 0:
-        return None
+def _beta(rng: random.Random, e: Estimate) -> float:
+    """A draw from the Jeffreys posterior; with nothing observed, from the prior itself
+    (a chance never seen is not assumed to be 1: its draws span 0 to 1)."""
     return rng.betavariate(e.events + 0.5, e.n - e.events + 0.5)
 
 
 def _gamma(rng: random.Random, e: Estimate) -> float | None:
+    """A draw from the Jeffreys posterior of a rate (``None``: no exposure at all)."""
     if not e.exposure:
         return None
     return rng.gammavariate(e.events + 0.5, 1 / e.exposure)
@@ -82,11 +83,11 @@ class Theta:
 def draw(estimates: Estimates, rng: random.Random) -> Theta:
     """Parameters drawn from their posterior given ``estimates``."""
     p = _beta(rng, estimates.restore)
-    by_number = {k: v for k, e in estimates.restore_by_number.items()
-                 if e.n >= MIN_SPLIT and (v := _beta(rng, e)) is not None}
+    by_number = {k: _beta(rng, e) for k, e in estimates.restore_by_number.items()
+                 if e.n >= MIN_SPLIT}
     elsewhere = _beta(rng, estimates.retry_elsewhere) \
         if estimates.retry_elsewhere.n >= MIN_SPLIT else None
-    return Theta(p if p is not None else 1.0, by_number, elsewhere,
+    return Theta(p, by_number, elsewhere,
                  _gamma(rng, estimates.training_hazard) or 0.0,
                  _gamma(rng, estimates.preemption_rate) or 0.0)
 
