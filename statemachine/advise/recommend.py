@@ -92,11 +92,16 @@ def _share(e: Estimate) -> str:
     return (f"{e.value:.0%} ({e.events} of {e.n}, 95% {e.low:.0%}-{e.high:.0%})")
 
 
+def exposure(hours: float) -> str:
+    """``89.5 h``, or ``0.124 s`` under a tenth of an hour."""
+    return f"{hours * 3600:.3g} s" if hours < 0.1 else f"{hours:.1f} h"
+
+
 def _rate(e: Estimate, unit: str) -> str:
     if e.value is None:
         return "not observed"
     assert e.low is not None and e.high is not None and e.exposure is not None
-    return (f"{e.value:.3g} per {unit} ({e.events} in {e.exposure:.1f} h, 95% "
+    return (f"{e.value:.3g} per {unit} ({e.events} in {exposure(e.exposure)}, 95% "
             f"{e.low:.3g}-{e.high:.3g})")
 
 

@@ -11,6 +11,7 @@ import click
 
 from statemachine.advise import Advice, Grid, advise
 from statemachine.advise.reader import read_histories
+from statemachine.advise.recommend import exposure
 from statemachine.advise.stats import Estimate
 from statemachine.advise.sweep import describe
 from statemachine.cli.db import BadInput, open_store
@@ -185,7 +186,8 @@ def _p(e: Estimate) -> list[str]:
 def _rate(e: Estimate) -> list[str]:
     if e.value is None or e.low is None or e.high is None or e.exposure is None:
         return ["not observed", "", "0 h"]
-    return [f"{e.value:.3g}", f"{e.low:.3g}-{e.high:.3g}", f"{e.events} in {e.exposure:.1f} h"]
+    return [f"{e.value:.3g}", f"{e.low:.3g}-{e.high:.3g}",
+            f"{e.events} in {exposure(e.exposure)}"]
 
 
 def _seconds(value: float | None) -> str:
