@@ -45,9 +45,9 @@ def test_nodes_has_a_column_per_cause_that_occurred(
     invoke: Callable[..., Run], tmp_path: Path
 ) -> None:
     db = tmp_path / "causes.db"
-    trials = {**TRIALS, "t_late": late(NODE_DIED), "t_crash": TRIALS["t_oom"][:2] + [
-        died(ActorDeath(DeathCause.WORKER_CRASHED, "WORKER_DIED/SYSTEM_ERROR")),
-        *TRIALS["t_oom"][3:]]}
+    crash = died(ActorDeath(DeathCause.WORKER_CRASHED, "WORKER_DIED/SYSTEM_ERROR"))
+    trials = {**TRIALS, "t_late": late(NODE_DIED),
+              "t_crash": [*TRIALS["t_oom"][:2], crash, *TRIALS["t_oom"][3:]]}
     record(db, "exp", RetryPolicy(max_failures=3), trials)
     seq, named = _late_seq(db)
     assert seq == named  # the test log's late cause names its failure
