@@ -20,6 +20,7 @@ import click
 
 from statemachine.cli.db import BadInput
 from statemachine.cli.output import Output
+from statemachine.cli.params import FiniteFloat
 
 _NODE_ID = re.compile(r"^[0-9a-f]{56}$")
 
@@ -33,7 +34,7 @@ def drill() -> None:
 @click.argument("node_id")
 @click.option("--address", envvar="RAY_ADDRESS", metavar="HOST:PORT", required=True,
               help="The cluster's GCS address (default: $RAY_ADDRESS).")
-@click.option("--deadline-s", type=click.FloatRange(0, 3600), default=5.0, show_default=True,
+@click.option("--deadline-s", type=FiniteFloat(0, 3600), default=5.0, show_default=True,
               help="Seconds between the drain and the kill (Ray's drain deadline).")
 @click.option("--message", default="preemption drill (trial-replay drill preempt)",
               show_default=True, help="The reason message Ray records for the node's death.")
