@@ -31,7 +31,9 @@ def node_name() -> str:
 
 
 def _disk_is_bad() -> bool:
-    return ray.get_runtime_context().get_node_labels().get("sm-test/disk") == "bad"
+    context = ray.get_runtime_context()  # Ray 2.40: no labels, no bad disk
+    labels = context.get_node_labels() if hasattr(context, "get_node_labels") else {}
+    return bool(labels.get("sm-test/disk") == "bad")
 
 
 class Steps(tune.Trainable):
