@@ -36,7 +36,8 @@ LATE_CAUSE_TIMEOUT_S = 60.0
 #: How long the end of an experiment waits for answers still pending.
 END_WAIT_S = 10.0
 _POLL_S = 0.5
-#: After this long without a cause in the actor table, the state API is asked too.
+#: After this long without a cause in the actor table, the state API is asked (once: it
+#: needs the dashboard, and says so in Ray's log when there is none).
 _STATE_API_AFTER_S = 5.0
 
 _warned_unsupported = False
@@ -97,10 +98,13 @@ class LateCauses:
     def _look(self, trial_id: str, failure_seq: int, actor_id: str | None,
               node_id: str | None) -> None:
         started = time.monotonic()
+        state_api_asked = False
         while True:
             waited = time.monotonic() - started
+            ask_state_api = not state_api_asked and waited >= _STATE_API_AFTER_S
+            state_api_asked = state_api_asked or ask_state_api
             try:
-                answer = ask_ray(actor_id, node_id, waited >= _STATE_API_AFTER_S)
+                answer = ask_ray(actor_id, node_id, ask_state_api)
             except Exception as exc:  # never let Ray's errors escape a daemon thread
                 logger.debug("statemachine: asking Ray why actor %s died: %s", actor_id, exc)
                 answer = None
