@@ -2,10 +2,11 @@
 
 An actor failure whose exception says nothing of the cause (an ``ActorUnavailableError``, an
 ``ActorDiedError`` raised before the GCS knew) is decided with the cause ``unknown``, as Ray's
-own accounting does. Then Ray is asked in the background, never on Tune's event loop: the GCS
-actor table's death cause (what the state API's ``death_cause`` shows; the state API itself
-when the table cannot tell), and the node table's death reason of the node the actor ran on,
-polled until one of them answers or :data:`LATE_CAUSE_TIMEOUT_S` has passed. An answer is
+own accounting does. Then Ray is asked in the background, never on Tune's event loop: the node
+table's death reason of the node the actor ran on, and the GCS actor table's death cause (what
+the state API's ``death_cause`` shows; the state API itself when the table cannot tell) unless
+it only says that the driver let the actor go (:data:`CLEANUP_CAUSES`), polled until one of
+them answers or :data:`LATE_CAUSE_TIMEOUT_S` has passed. An answer is
 handed back to the driver's thread (:meth:`LateCauses.learned`, at every step) and recorded
 as :class:`~statemachine.domain.events.DeathCauseLearned`, which changes no decision.
 
@@ -20,7 +21,7 @@ import threading
 import time
 from collections import deque
 
-from statemachine.domain.death import ActorDeath
+from statemachine.domain.death import ActorDeath, DeathCause
 from statemachine.domain.events import DeathCauseLearned
 from statemachine.domain.ray_causes import death_from_node_table, death_from_state_api
 from statemachine.tune import compat
@@ -43,24 +44,32 @@ _STATE_API_AFTER_S = 5.0
 _warned_unsupported = False
 
 
+#: What the GCS actor table says of an actor the driver itself let go after its failure
+#: (Tune releases or kills a failed trial's actor): never why it failed. Seen on Ray 2.40: an
+#: ``ActorUnavailableError`` for a node that was lost, the actor table saying
+#: ``OUT_OF_SCOPE`` before the node was declared dead.
+CLEANUP_CAUSES = frozenset({DeathCause.OUT_OF_SCOPE, DeathCause.KILLED})
+
+
 def ask_ray(actor_id: str | None, node_id: str | None, asked_state_api: bool
             ) -> tuple[ActorDeath, str] | None:
-    """One look: ``(death, source)`` once Ray tells why the actor died, else ``None``."""
-    if actor_id:
-        _, cause = ray_deaths.actor_table_death(actor_id)
-        death = death_from_state_api(cause)
-        if death.known:
-            return death, "state_api"
-        if asked_state_api:
-            death = death_from_state_api(ray_deaths.state_api_death(actor_id, _POLL_S * 4))
-            if death.known:
-                return death, "state_api"
+    """One look: ``(death, source)`` once Ray tells why the actor died, else ``None``. The
+    node's death comes first (the actor table may only say the driver let the actor go)."""
     if node_id:
         dead = ray_deaths.node_death(node_id)
         if dead is not None:
             death = death_from_node_table(*dead)
             if death.known:
                 return death, "node_table"
+    if actor_id:
+        _, cause = ray_deaths.actor_table_death(actor_id)
+        death = death_from_state_api(cause)
+        if death.known and death.cause not in CLEANUP_CAUSES:
+            return death, "state_api"
+        if asked_state_api:
+            death = death_from_state_api(ray_deaths.state_api_death(actor_id, _POLL_S * 4))
+            if death.known and death.cause not in CLEANUP_CAUSES:
+                return death, "state_api"
     return None
 
 
