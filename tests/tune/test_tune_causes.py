@@ -212,3 +212,47 @@ def test_a_killed_actor_from_the_exception_and_not_from_the_gcs(actors: Any) -> 
 def test_an_actor_ray_does_not_know_tells_nothing(ray_cluster: None) -> None:
     assert late_causes.ask_ray("ff" * 16, None, False) is None
     assert late_causes.ask_ray(None, "ee" * 28, False) is None
+
+
+def test_the_callback_records_the_iteration_and_a_cause_learned_late(
+    actors: Any, tmp_path: Any
+) -> None:
+    """Through the seam on a real ``Trial``: an ``ActorUnavailableError`` (no cause) for an
+    actor whose worker was SIGKILLed is decided ``unknown`` with the trial's iteration; the
+    GCS's answer is recorded at a later step as ``DeathCauseLearned`` naming that failure."""
+    import time
+
+    import ray
+
+    from statemachine.tune import EventLogCallback
+    from tests.tune.test_tune_seam import make_trial, start
+    from tests.tune.tunekit import stored_events
+
+    actor = actors.remote()
+    pid = ray.get(actor.pid.remote(), timeout=60)
+    os.kill(pid, signal.SIGKILL)
+    actor_id = actor._actor_id.hex()
+    url = f"sqlite:///{tmp_path / 'log.db'}"
+    callback = EventLogCallback(url=url)
+    callback.setup()
+    trial = make_trial(tmp_path, "late")
+    callback.on_step_begin(iteration=0, trials=[trial])
+    try:
+        start(callback, trial)
+        trial.temporary_state.restoring_from = None
+        trial.run_metadata.last_result = {"training_iteration": 7}
+        trial.handle_error(rx.ActorUnavailableError("Socket closed", bytes.fromhex(actor_id)))
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and callback._attempts.late.pending:
+            callback.on_step_end(iteration=1, trials=[trial])
+            time.sleep(0.2)
+    finally:
+        callback.on_experiment_end(trials=[trial])
+    rows = stored_events(url, "late", trial.trial_id)
+    failed = next(r for r in rows if r.type_name == "TrialFailed")
+    assert isinstance(failed.event.error, ActorError)
+    assert failed.event.error.cause is DeathCause.UNKNOWN and failed.event.iteration == 7
+    assert failed.decision == "RECOVER"  # decided without the cause, as Ray does
+    learned = [r.event for r in rows if isinstance(r.event, DeathCauseLearned)]
+    assert [(e.failure_seq, e.death.cause, e.source) for e in learned] == [
+        (failed.seq, DeathCause.WORKER_CRASHED, "state_api")]
