@@ -30,6 +30,8 @@ class Step:
     event: str
     decision: str | None
     text: str
+    failure: bool = False
+    """Whether the step is a failure (its record has an error): what ``explain`` numbers."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form of this step."""
@@ -95,6 +97,7 @@ class _Narrator:
             f.event.type_name,
             record.decision.value if record.decision else None,
             word(f),
+            record.error is not None,
         )
         self.steps.append(step)
         if record.error is not None:
