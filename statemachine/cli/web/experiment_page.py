@@ -34,7 +34,7 @@ __all__ = ["COLUMNS", "TIMELINE_TRIALS", "api_row", "counts_html", "experiment_b
            "overview", "timeline_html", "trial_cells", "trial_table"]
 
 #: The most trials the experiment page's timeline draws.
-TIMELINE_TRIALS = 30
+TIMELINE_TRIALS = 20
 
 #: The table's columns: header, and the sort (a key of SORTS) its header link asks for.
 COLUMNS: tuple[tuple[str, str | None], ...] = (
@@ -201,10 +201,14 @@ def timeline_html(store: EventStore, experiment: str, sessions: list[SessionInfo
         svg = render_svg(model).split("?>", 1)[-1]
     else:
         svg = "<p>No trial to draw.</p>"
-    if len(drawn) < total:
-        what = (f"The timeline draws {len(drawn):,} of the {total:,} trials: the first of the "
-                "table's page below (filter and sort the table to choose them). The bar "
-                "counts every trial by status.")
+    if len(drawn) < result.total:
+        what = (f"The timeline draws {len(drawn):,} of the {result.total:,} trials "
+                + ("that match the filter" if result.total < total else "")
+                + ": the first of the table's page below (filter and sort the table to "
+                f"choose them). The bar counts all {total:,} trials by status.")
+    elif len(drawn) < total:
+        what = (f"The timeline draws the {len(drawn):,} trials of the table below. The bar "
+                f"counts all {total:,} trials by status.")
     else:
         what = f"The timeline draws all {total:,} trials."
     return (f'<p class="timeline-note" id="timeline-note">{e(what)}</p>{overview(counts)}'
