@@ -3,8 +3,8 @@ public API (``ExperimentLog.record_many``).
 
 Trial ``n`` (``trial_00042``): starts on one of three machines and saves a checkpoint; every
 5th fails training, fails its restore once (retried) and restores; every 7th fails training
-(once more after a first failure) and gives up (ERROR, failures 2 > max_failures 1); of the others every 3rd
-completes (TERMINATED); the rest are RUNNING.
+(twice if it had not failed yet) and gives up (ERROR, failures 2 > max_failures 1); of the
+others every 3rd completes (TERMINATED); the rest are RUNNING.
 """
 
 from __future__ import annotations

@@ -163,8 +163,10 @@ def _header(experiment: str, listing: Listing) -> str:
 
 def trial_table(experiment: str, listing: Listing, result: Page) -> str:
     """The table of one page of trials, with its pager."""
-    rows = "".join(f'<tr data-trial-id="{e(r["trial_id"])}">' + "".join(f"<td>{c}</td>" for c in trial_cells(experiment, r))
-                   + "</tr>" for r in result.rows)
+    rows = "".join(
+        f'<tr data-trial-id="{e(r["trial_id"])}">'
+        + "".join(f"<td>{c}</td>" for c in trial_cells(experiment, r)) + "</tr>"
+        for r in result.rows)
     return (f'<div id="pager-top">{_pager(experiment, listing, result)}</div>'
             f'<table id="trials" class="trials">{_header(experiment, listing)}'
             f'<tbody id="trial-rows">{rows}</tbody></table>'
