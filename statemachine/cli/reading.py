@@ -16,6 +16,7 @@ from statemachine.cli.db import BadInput
 from statemachine.domain.events import Event
 from statemachine.domain.state import TrialState
 from statemachine.exceptions import UnknownExperimentError, UnknownTrialError, close_matches
+from statemachine.log.read import ReadModel
 from statemachine.log.replay import fold_stored
 
 if TYPE_CHECKING:
@@ -217,6 +218,11 @@ def fold_states(
             out.warn(halt_message(replay.halted_at, replay.halt_reason or ""))
         states.append(replay.state)
     return states
+
+
+def read_model(store: EventStore, out: Output) -> ReadModel:
+    """The store's read model, warning through ``out`` at each row a fold stops at."""
+    return ReadModel(store, on_halt=lambda row, reason: out.warn(halt_message(row, reason)))
 
 
 def halt_message(row: StoredEvent, reason: str) -> str:

@@ -15,6 +15,7 @@ from statemachine.domain.state import TrialState
 from statemachine.domain.status import Status
 from statemachine.exceptions import EventDecodeError
 from statemachine.log.credentials import redact_uri
+from statemachine.log.read import TrialSummary
 
 if TYPE_CHECKING:
     from statemachine.log.records import ExperimentInfo, SessionInfo, StoredEvent
@@ -30,22 +31,26 @@ def iso(moment: datetime | None) -> str | None:
 
 def trial_row(state: TrialState) -> dict[str, Any]:
     """Schema ``trials``: one trial's folded state."""
-    error = state.last_error
+    return summary_row(TrialSummary.of("", state))
+
+
+def summary_row(trial: TrialSummary) -> dict[str, Any]:
+    """Schema ``trials``: one trial as the read model summarizes it."""
     return {
-        "trial_id": state.trial_id,
-        "status": state.status.value,
-        "num_failures": state.failures,
-        "num_restore_failures": state.restore_failures,
-        "total_restore_failures": state.total_restore_failures,
-        "num_preemptions": state.preemptions,
-        "last_error_type": error.kind if error else None,
-        "last_error_cause": error.cause_type if error else None,
-        "last_error_message": error.message if error else None,
-        "last_decision": state.last_decision.value if state.last_decision else None,
-        "latest_checkpoint": state.latest_checkpoint,
-        "seq": state.seq,
-        "last_failure_node": node_json(state.last_failure_node),
-        "excluded_nodes": list(state.excluded_nodes),
+        "trial_id": trial.trial_id,
+        "status": trial.status,
+        "num_failures": trial.num_failures,
+        "num_restore_failures": trial.num_restore_failures,
+        "total_restore_failures": trial.total_restore_failures,
+        "num_preemptions": trial.num_preemptions,
+        "last_error_type": trial.last_error_type,
+        "last_error_cause": trial.last_error_cause,
+        "last_error_message": trial.last_error_message,
+        "last_decision": trial.last_decision,
+        "latest_checkpoint": trial.latest_checkpoint,
+        "seq": trial.seq,
+        "last_failure_node": node_json(trial.last_failure_node),
+        "excluded_nodes": list(trial.excluded_nodes),
     }
 
 

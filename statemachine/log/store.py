@@ -434,6 +434,11 @@ class EventStore:
         return self._db.backend.name
 
     @property
+    def connections(self) -> Connections:
+        """The store's connections (for its read model, :mod:`statemachine.log.read`)."""
+        return self._db
+
+    @property
     def engine(self) -> Engine:
         """The SQLAlchemy engine (for tools and tests; the store's methods are the API)."""
         return self._db.engine

@@ -9,7 +9,7 @@ import click
 
 from statemachine.cli.db import open_store
 from statemachine.cli.output import Column, Output, json_option, relative_time, wide_option
-from statemachine.cli.reading import fold_states, session_ends
+from statemachine.cli.reading import read_model, session_ends
 from statemachine.cli.schema import STATUSES, experiment_row, session_row
 
 
@@ -22,13 +22,13 @@ def experiments(out: Output, as_json: bool) -> int:
     ends), first and last event, earlier names of a moved or renamed experiment."""
     rows = []
     with open_store(out.db) as store:
-        for info in store.list_experiments():
-            counts = Counter(s.status.value for s in fold_states(store, info.name, out))
+        for summary in read_model(store, out).experiments():
+            info, counts = summary.info, summary.status_counts
             sessions = store.list_sessions(info.name)
             ends = session_ends(sessions)
             first = next(iter(store.read_experiment(info.name, limit=1)), None)
             rows.append(experiment_row(
-                info, dict(counts),
+                info, counts,
                 [session_row(s, ends[s.epoch]) for s in sorted(sessions, key=lambda s: s.epoch)],
                 first.recorded_at_known if first is not None else None,
                 store.experiment_renames(info.name),

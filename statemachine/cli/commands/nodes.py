@@ -10,9 +10,8 @@ import click
 from statemachine.cli.db import open_store
 from statemachine.cli.node_hosts import Host, group_by_host
 from statemachine.cli.output import Column, Output, json_option, wide_option
-from statemachine.cli.reading import decode_trial, group_by_trial, require_experiment
+from statemachine.cli.reading import read_model, require_experiment
 from statemachine.cli.schema import node_row
-from statemachine.domain.node_tally import tally_nodes
 from statemachine.domain.nodes import short_node_id
 
 
@@ -27,12 +26,7 @@ def nodes(out: Output, experiment: str | None, as_json: bool) -> int:
     failures, preemptions, actor deaths; the machine that failed most restores first."""
     with open_store(out.db) as store:
         experiment = require_experiment(store, experiment)
-        pairs = [
-            (trial_id, event)
-            for trial_id, rows in group_by_trial(store.read_experiment(experiment)).items()
-            for _, event in decode_trial(rows, out)
-        ]
-    tallies = tally_nodes(pairs)
+        tallies = read_model(store, out).nodes(experiment)
     hosts = group_by_host(tallies)
     if as_json:  # one row per Ray node, worst first, as before; "host": the machine it was on
         machine = {id(tally): host.key for host in hosts for tally in host.nodes}

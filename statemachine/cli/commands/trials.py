@@ -9,8 +9,8 @@ import click
 from statemachine.cli.db import open_store
 from statemachine.cli.output import Column, Output, basename, json_option, wide_option
 from statemachine.cli.params import AtType
-from statemachine.cli.reading import At, fold_states, require_experiment
-from statemachine.cli.schema import STATUSES, trial_row
+from statemachine.cli.reading import At, fold_states, read_model, require_experiment
+from statemachine.cli.schema import STATUSES, summary_row, trial_row
 
 
 @click.command("trials")
@@ -30,10 +30,13 @@ def trials(
     last error type and message, latest checkpoint."""
     with open_store(out.db) as store:
         experiment = require_experiment(store, experiment)
-        states = fold_states(store, experiment, out, at)
-    rows = [trial_row(s) for s in states]
-    if status_filter:
-        rows = [r for r in rows if r["status"] == status_filter.upper()]
+        if at is not None:  # time travel folds the history up to that point
+            rows = [trial_row(s) for s in fold_states(store, experiment, out, at)]
+            if status_filter:
+                rows = [r for r in rows if r["status"] == status_filter.upper()]
+        else:  # now: the read model (snapshots plus the events after them)
+            page = read_model(store, out).trials(experiment, status=status_filter)
+            rows = [summary_row(t) for t in page.items]
     if as_json:
         out.json(rows)
         return out.exit_code

@@ -1,0 +1,207 @@
+"""The read model: what listings show (experiments, trials, nodes), proportional to it.
+
+Every trial's current state is its newest usable snapshot plus a fold of only the events
+after it (the way :func:`~statemachine.log.replay.rehydrate` works), so a listing reads one
+snapshot row per trial instead of the experiment's history. The answers equal a full fold of
+the log (a property test proves it on random logs with stale, missing and foreign
+snapshots). Where history *is* the answer (``--at``, ``verify``, ``show``) the log is folded
+from its events instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable
+from typing import TYPE_CHECKING
+
+from statemachine.domain.node_tally import NodeTally, tally_nodes
+from statemachine.domain.state import TrialState
+from statemachine.exceptions import UnknownTrialError, close_matches
+from statemachine.log.read import sql
+from statemachine.log.read.summary import (
+    SORTS,
+    STATUSES,
+    Changes,
+    ExperimentSummary,
+    Page,
+    TrialSummary,
+)
+from statemachine.log.replay import fold_stored
+
+if TYPE_CHECKING:
+    from statemachine.log.records import StoredEvent
+    from statemachine.log.store import EventStore
+
+#: Called for a row a fold stopped at (it does not decode, or does not fold), with why; the
+#: trial is then shown as of the row before.
+OnHalt = Callable[["StoredEvent", str], None]
+
+
+def _ignore(_row: StoredEvent, _reason: str) -> None:
+    return None
+
+
+class ReadModel:
+    """Listings of one store, from its snapshots plus the events after them.
+
+    ``on_halt`` hears about each row a fold stopped at (the CLI warns, naming its position).
+    Thread-safe as the store is: each call runs its own read transactions.
+    """
+
+    def __init__(self, store: EventStore, *, on_halt: OnHalt | None = None) -> None:
+        self._store = store
+        self._on_halt = on_halt or _ignore
+
+    # ------------------------------------------------------------ experiments
+
+    def experiments(self) -> list[ExperimentSummary]:
+        """Every experiment of the log (by name) with its trials counted per status."""
+        infos = self._store.list_experiments()
+        counts = sql.status_counts_all(self._store.connections)
+        return [
+            ExperimentSummary(info, self._complete(counts.get(info.name)))
+            for info in infos
+        ]
+
+    def status_counts(self, experiment: str) -> dict[str, int]:
+        """The experiment's trials counted per status (every status present, in order)."""
+        return self._complete(sql.status_counts(self._store.connections, experiment))
+
+    @staticmethod
+    def _complete(counts: dict[str, int] | None) -> dict[str, int]:
+        counts = counts or {}
+        return {s: counts.get(s, 0) for s in STATUSES}
+
+    # ------------------------------------------------------------ trials
+
+    def trials(
+        self,
+        experiment: str,
+        *,
+        status: str | Collection[str] | None = None,
+        error_type: str | None = None,
+        node: str | None = None,
+        has_restore_failures: bool | None = None,
+        search: str | None = None,
+        sort: str = "first_event",
+        descending: bool = False,
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> Page[TrialSummary]:
+        """One page of the experiment's trials as they are now.
+
+        Filters (all optional, combined with AND): ``status`` (a status or several,
+        ``"ERROR"``), ``error_type`` (the last failure's kind, ``"RestoreError"``), ``node``
+        (the last failure's node: a node id or its start, an IP or a hostname),
+        ``has_restore_failures`` (``total_restore_failures > 0`` or ``== 0``), ``search``
+        (a part of the trial id, any case). ``sort``: one of :data:`SORTS`; ``offset`` and
+        ``limit`` pick the page; :attr:`Page.total` counts every trial that matched.
+        """
+        if sort not in SORTS:
+            raise ValueError(f"sort must be one of {', '.join(SORTS)}, got {sort!r}")
+        if offset < 0 or (limit is not None and limit < 0):
+            raise ValueError("offset and limit must be >= 0")
+        statuses = _statuses(status)
+        found = sql.trial_summaries(
+            self._store.connections, experiment, self._fold_tail, statuses=statuses,
+        )
+        matched = [
+            t for t in found
+            if (statuses is None or t.status in statuses)
+            and (error_type is None or t.last_error_type == error_type)
+            and (node is None or _on_node(t, node))
+            and (has_restore_failures is None
+                 or (t.total_restore_failures > 0) == has_restore_failures)
+            and (search is None or search.lower() in t.trial_id.lower())
+        ]
+        matched.sort(key=_sort_key(sort), reverse=descending)
+        end = None if limit is None else offset + limit
+        return Page(tuple(matched[offset:end]), len(matched), offset, limit)
+
+    def trial(self, experiment: str, trial_id: str) -> TrialSummary:
+        """One trial as it is now; :class:`UnknownTrialError` (with near ids) if absent."""
+        found = sql.trial_summaries(
+            self._store.connections, experiment, self._fold_tail, trial_ids=[trial_id]
+        )
+        if not found:
+            trials = self._store.list_trials(experiment)
+            raise UnknownTrialError(experiment, trial_id, close_matches(trial_id, trials))
+        return found[0]
+
+    def _fold_tail(
+        self, trial_id: str, state: TrialState | None, rows: Iterable[StoredEvent]
+    ) -> TrialState:
+        replay = fold_stored(trial_id, rows, state=state, keep_steps=False)
+        if replay.halted_at is not None:
+            self._on_halt(replay.halted_at, replay.halt_reason or "")
+        return replay.state
+
+    # ------------------------------------------------------------ nodes
+
+    def nodes(self, experiment: str) -> list[NodeTally]:
+        """Per node, what the experiment's attempts and failures did there; worst first
+        (:func:`~statemachine.domain.node_tally.tally_nodes`)."""
+        pairs: list[tuple[str, object]] = []
+        for trial_id, rows in sql.attempt_rows(self._store, experiment).items():
+            replay = fold_stored(trial_id, rows)
+            if replay.halted_at is not None:
+                self._on_halt(replay.halted_at, replay.halt_reason or "")
+            pairs.extend((trial_id, step.stored.event) for step in replay.steps)
+        return tally_nodes(pairs)
+
+    # ------------------------------------------------------------ live updates
+
+    def position(self, experiment: str) -> int:
+        """The position of the experiment's newest event (0: none yet)."""
+        return sql.last_position(self._store.connections, experiment)
+
+    def changed_since(self, experiment: str, position: int) -> Changes:
+        """The trials with an event after ``position``, as they are now, and the position
+        to ask from next time (the newest event's, read before the trials: nothing is
+        missed, a trial may come twice)."""
+        newest = self.position(experiment)
+        changed = sql.trials_after(self._store.connections, experiment, position)
+        trials = sql.trial_summaries(
+            self._store.connections, experiment, self._fold_tail, trial_ids=changed
+        ) if changed else []
+        return Changes(tuple(trials), max(newest, position))
+
+
+def _statuses(status: str | Collection[str] | None) -> frozenset[str] | None:
+    if status is None:
+        return None
+    wanted = {status} if isinstance(status, str) else set(status)
+    upper = frozenset(s.upper() for s in wanted)
+    unknown = sorted(upper - set(STATUSES))
+    if unknown:
+        raise ValueError(f"unknown status {unknown[0]!r}; one of {', '.join(STATUSES)}")
+    return upper
+
+
+def _on_node(trial: TrialSummary, node: str) -> bool:
+    where = trial.last_failure_node
+    if where is None:
+        return False
+    return bool((where.node_id and where.node_id.startswith(node))
+                or node in (where.node_ip, where.hostname))
+
+
+_STATUS_ORDER = {s: i for i, s in enumerate(STATUSES)}
+
+
+def _sort_key(sort: str) -> Callable[[TrialSummary], tuple[object, ...]]:
+    def key(t: TrialSummary) -> tuple[object, ...]:
+        first = t.first_position
+        if sort == "first_event":
+            return (first,)
+        if sort == "trial_id":
+            return (t.trial_id, first)
+        if sort == "status":
+            return (_STATUS_ORDER.get(t.status, 99), first)
+        if sort == "failures":
+            return (t.num_failures, first)
+        if sort == "restore_failures":
+            return (t.total_restore_failures, first)
+        if sort == "preemptions":
+            return (t.num_preemptions, first)
+        return (t.seq, first)
+    return key
