@@ -22,7 +22,7 @@ from statemachine.cli.schema import STATUSES
 from statemachine.cli.timeline import build_model
 from statemachine.cli.timeline_svg import render_svg
 from statemachine.cli.web.markup import e, experiment_href, q, trial_href
-from statemachine.cli.web.trial_query import PAGE_SIZE
+from statemachine.cli.web.trial_query import ERROR_TYPES, PAGE_SIZE
 
 if TYPE_CHECKING:
     from statemachine.cli.web.listing import Listing
@@ -40,7 +40,7 @@ TIMELINE_TRIALS = 20
 COLUMNS: tuple[tuple[str, str | None], ...] = (
     ("trial", "trial"), ("status", "status"), ("failures", "failures"),
     ("restore failures (this episode / in all)", "restore_failures"),
-    ("preemptions", "preemptions"), ("last error", "error"), ("message", None),
+    ("preemptions", "preemptions"), ("last error", None), ("message", None),
     ("last decision", None), ("last failure on", None),
 )
 
@@ -103,14 +103,14 @@ def _select(name: str, label: str, options: list[tuple[str, str]], chosen: str |
     return f'<label>{e(label)} <select name="{name}">{opts}</select></label>'
 
 
-def _filters(listing: Listing, error_types: list[str]) -> str:
+def _filters(listing: Listing) -> str:
     restore = None if listing.has_restore_failures is None else (
         "1" if listing.has_restore_failures else "0")
     return (
         '<form id="filters" class="filters" role="search">'
         + _select("status", "status", [("", "any")] + [(s, s) for s in STATUSES],
                   listing.status)
-        + _select("error", "last error", [("", "any")] + [(t, t) for t in error_types],
+        + _select("error", "last error", [("", "any")] + [(t, t) for t in ERROR_TYPES],
                   listing.error_type)
         + _select("restore", "restore failures", [("", "any"), ("1", "some"), ("0", "none")],
                   restore)
@@ -233,7 +233,7 @@ def experiment_body(store: EventStore, query: TrialQuery, experiment: str,
         f'<div id="status-counts">{counts_html(experiment, counts, listing)}</div>'
         f'<h2>Timeline</h2><div id="timeline">{timeline}</div>'
         f'<h2 id="trials-head">Trials</h2>'
-        f"{_filters(listing, query.error_types(experiment))}"
+        f"{_filters(listing)}"
         f'<div id="trial-table">{trial_table(experiment, listing, result)}</div>'
     )
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from statemachine.cli.schema import STATUSES
-from statemachine.cli.web.trial_query import PAGE_SIZE, SORTS
+from statemachine.cli.web.trial_query import ERROR_TYPES, PAGE_SIZE, SORTS
 
 if TYPE_CHECKING:
     from statemachine.cli.web.trial_query import Page, TrialQuery
@@ -106,7 +106,7 @@ def parse_listing(params: Mapping[str, str]) -> Listing:
         raise BadQuery(f"parameter page={page_text[:40]!r} is not a page number (1, 2, ...)")
     return Listing(
         status=_choice(params, "status", STATUSES),
-        error_type=_text(params, "error"),
+        error_type=_choice(params, "error", ERROR_TYPES),
         node=_text(params, "node"),
         has_restore_failures=None if restore is None else restore == "1",
         search=_text(params, "q"),
