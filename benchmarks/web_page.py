@@ -87,6 +87,6 @@ def run(ctx: Context) -> None:
                   target=f"<= {MOST_BYTES:,} bytes", ok=size <= MOST_BYTES)
     table.note("The page holds one page of the table (100 rows), a timeline of at most 20 "
                "trials and the status counts: its size does not grow with the trial count. "
-               "Its build time still folds every event (cli/web/trial_query.py, until the "
-               "read model of issue 25 item 1 answers it).")
+               "Its build time is the read model's (statemachine.log.read), which the page "
+               "asks for the counts, the page of trials and the last position.")
     ctx.report.print_table(table)
