@@ -127,12 +127,14 @@ class _Narrator:
             ))
             return
         by = ", a Tuner.restore," if kind == "restore" else ""
+        restores = s.restore_failures or s.unconfirmed_restore_failures
+        # Only a restore counter above 0 is one Ray would have lost (it never saves it).
+        lost = " (Ray itself would have lost the restore counter)" if restores else ""
         self.steps.append(Step(
             None, None, new, "DriverResumed", None,
             f"The driver of epoch {old} {how}; epoch {new}{by} took over with the counters "
             f"the log kept: failures {s.failures}, restore failures this episode "
-            f"{s.restore_failures or s.unconfirmed_restore_failures}, preemptions "
-            f"{s.preemptions} (Ray itself would have lost the restore counter).",
+            f"{restores}, preemptions {s.preemptions}{lost}.",
         ))
 
     def _first_epoch(self, epoch: int) -> None:

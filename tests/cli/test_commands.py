@@ -140,6 +140,23 @@ def test_explain_restart_from_scratch_and_preemption(
     assert data["policy"]["on_restore_exhausted"] == "restart_from_scratch"
 
 
+def test_explain_says_ray_would_lose_the_restore_counter_only_when_there_was_one(
+    invoke: Callable[..., Run], fixture_db: Path
+) -> None:
+    """Across a driver crash, "Ray itself would have lost the restore counter" is true of a
+    trial that had restore failures in its episode, not of one at 0 (issue 29, item 5)."""
+    lost = "Ray itself would have lost the restore counter"
+
+    def resumed(trial: str) -> str:
+        data = _json(invoke("--db", fixture_db, "explain", EXP, trial, "--json"))
+        return next(s["text"] for s in data["steps"] if s["event"] == "DriverResumed")
+
+    assert "restore failures this episode 1" in resumed("c_given_up")
+    assert lost in resumed("c_given_up")
+    assert "restore failures this episode 0" in resumed("b_preempted_scratch")
+    assert lost not in resumed("b_preempted_scratch")
+
+
 def test_what_if_more_restore_retries_recovers_the_given_up_trial(
     invoke: Callable[..., Run], fixture_db: Path
 ) -> None:
