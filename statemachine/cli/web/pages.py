@@ -105,8 +105,9 @@ class Pages:
         with self.open_store() as store:
             query = TrialQuery(store, self.out)
             _require(query, name)
-            body = experiment_body(store, query, name, listing)
+            # The position before the state: a change in between is fetched again, not lost.
             position = query.position(name)
+            body = experiment_body(store, query, name, listing)
         return page(f"trial-replay: {name}", body, scripts=("table.js",), data={
             "experiment": name, "position": str(position), "page-size": str(PAGE_SIZE)})
 
@@ -143,6 +144,7 @@ class Pages:
         with self.open_store() as store:
             query = TrialQuery(store, self.out)
             _require(query, name)
+            position = query.position(name)  # before the state, as on the page
             counts = query.status_counts(name)
             result = listing.fetch(query, name)
             fragments = {
@@ -151,7 +153,6 @@ class Pages:
                 "timeline": timeline_html(store, name, store.list_sessions(name), result,
                                           counts),
             }
-            position = query.position(name)
         return {
             "experiment": name, "position": position, "status_counts": counts,
             "total": result.total, "page": listing.page, "page_size": PAGE_SIZE,
