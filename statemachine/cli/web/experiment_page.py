@@ -103,7 +103,7 @@ def _select(name: str, label: str, options: list[tuple[str, str]], chosen: str |
     return f'<label>{e(label)} <select name="{name}">{opts}</select></label>'
 
 
-def _filters(listing: Listing) -> str:
+def _filters(experiment: str, listing: Listing) -> str:
     restore = None if listing.has_restore_failures is None else (
         "1" if listing.has_restore_failures else "0")
     return (
@@ -120,7 +120,8 @@ def _filters(listing: Listing) -> str:
           f'value="{e(listing.search or "")}" placeholder="part of the id"></label>'
         + f'<input type="hidden" name="sort" value="{e(listing.sort)}">'
         + f'<input type="hidden" name="desc" value="{"1" if listing.descending else ""}">'
-        + '<button type="submit">Filter</button> <a href="?" class="clear">clear</a></form>'
+        + '<button type="submit">Filter</button> '
+        + f'<a href="{experiment_href(experiment)}" class="clear">clear</a></form>'
     )
 
 
@@ -233,7 +234,7 @@ def experiment_body(store: EventStore, query: TrialQuery, experiment: str,
         f'<div id="status-counts">{counts_html(experiment, counts, listing)}</div>'
         f'<h2>Timeline</h2><div id="timeline">{timeline}</div>'
         f'<h2 id="trials-head">Trials</h2>'
-        f"{_filters(listing)}"
+        f"{_filters(experiment, listing)}"
         f'<div id="trial-table">{trial_table(experiment, listing, result)}</div>'
     )
 
