@@ -16,12 +16,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from statemachine.cli.palette import STATUS_COLOURS
-from statemachine.cli.provenance import reconstructed_note
 from statemachine.cli.reading import describe_sessions, session_ends, session_kinds
 from statemachine.cli.schema import STATUSES
 from statemachine.cli.timeline import build_model
 from statemachine.cli.timeline_svg import render_svg
-from statemachine.cli.web.markup import e, experiment_href, q, trial_href
+from statemachine.cli.web.markup import e, experiment_href, q, reconstructed, trial_href
 from statemachine.cli.web.trial_query import ERROR_TYPES, PAGE_SIZE
 
 if TYPE_CHECKING:
@@ -43,12 +42,6 @@ COLUMNS: tuple[tuple[str, str | None], ...] = (
     ("preemptions", "preemptions"), ("last error", None), ("message", None),
     ("last decision", None), ("last failure on", None),
 )
-
-
-def reconstructed(sessions: list[SessionInfo], epochs: set[int] | None = None) -> str:
-    """The paragraph saying the history shown was reconstructed from Ray's files (or "")."""
-    note = reconstructed_note(sessions, epochs)
-    return f'<p class="reconstructed">{e(note)}</p>' if note else ""
 
 
 def _node_text(node: dict[str, Any] | None) -> str:

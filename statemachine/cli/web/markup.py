@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from statemachine.cli.provenance import reconstructed_note
 from statemachine.cli.safe_text import xml_safe
 
-__all__ = ["POLL_SECONDS", "STATIC_PATH", "e", "experiment_href", "page", "q", "table",
-           "trial_href"]
+if TYPE_CHECKING:
+    from statemachine.log.records import SessionInfo
+
+__all__ = ["POLL_SECONDS", "STATIC_PATH", "e", "experiment_href", "page", "q", "reconstructed",
+           "table", "trial_href"]
 
 #: How often a page asks whether the log changed.
 POLL_SECONDS = 2.0
@@ -43,6 +47,12 @@ def experiment_href(experiment: str) -> str:
 def trial_href(experiment: str, trial_id: str) -> str:
     """The trial's page."""
     return f"/e/{q(experiment)}/t/{q(trial_id)}"
+
+
+def reconstructed(sessions: Iterable[SessionInfo], epochs: Iterable[int] | None = None) -> str:
+    """The paragraph saying the history shown was reconstructed from Ray's files (or "")."""
+    note = reconstructed_note(sessions, epochs)
+    return f'<p class="reconstructed">{e(note)}</p>' if note else ""
 
 
 def table(headers: Iterable[str], rows: Iterable[Iterable[str]], *, css: str = "",

@@ -19,8 +19,7 @@ from statemachine.cli.explain import Explanation, describe_policy, explain_trial
 from statemachine.cli.reading import session_ends, session_kinds
 from statemachine.cli.timeline import build_model
 from statemachine.cli.timeline_svg import render_svg
-from statemachine.cli.web.experiment_page import reconstructed
-from statemachine.cli.web.markup import e, experiment_href, table
+from statemachine.cli.web.markup import e, experiment_href, reconstructed, table
 from statemachine.domain.events import TrialStarted
 from statemachine.domain.status import Status
 
