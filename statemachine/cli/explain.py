@@ -196,20 +196,21 @@ def explain_trial(
 
 
 def _summary(state: TrialState, last_failure: Step | None) -> str:
+    """What happened in words first; where the deciding failure sits in the log last."""
     counts = (f"{state.failures} failure(s), {state.total_restore_failures} restore "
               f"failure(s), {state.preemptions} preemption(s)")
     where = ""
     if last_failure is not None and last_failure.seq is not None:
-        where = f" at seq {last_failure.seq}"
+        where = f"; the last failure is seq {last_failure.seq}"
         if last_failure.position is not None:
             where += f" (position {last_failure.position})"
     status = state.status
     if status is Status.ERROR and last_failure is not None:
-        return (f"Trial {state.trial_id} is ERROR: it gave up{where}. "
-                f"{last_failure.text} In all: {counts}.")
+        return (f"Trial {state.trial_id} is ERROR: it gave up. {last_failure.text} In all: "
+                f"{counts}{where}.")
     if status is Status.TERMINATED:
         return f"Trial {state.trial_id} is TERMINATED: it finished after {counts}."
     if last_failure is not None and last_failure.decision != Decision.GIVE_UP.value:
-        return (f"Trial {state.trial_id} is {status.value}: its last failure{where} was "
-                f"recovered from ({last_failure.decision}); {counts}.")
+        return (f"Trial {state.trial_id} is {status.value}: its last failure was recovered "
+                f"from ({last_failure.decision}); {counts}{where}.")
     return f"Trial {state.trial_id} is {status.value}; {counts}."

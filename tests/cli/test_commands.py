@@ -113,7 +113,10 @@ def test_explain_numbers_restore_failures_across_the_crash(
     run = invoke("--db", fixture_db, "explain", EXP, "c_given_up")
     assert run.exit_code == 0
     text = " ".join(run.stdout.split())
-    assert "Trial c_given_up is ERROR: it gave up at seq 11" in text
+    # words first, the place in the log last (issue 29 item 5)
+    assert text.startswith("Trial c_given_up is ERROR: it gave up. Restore failure # 3")
+    assert (text.index("In all: 2 failure(s)") < text.index(
+        "the last failure is seq 11 (position 39).") < text.index("Policy that applied"))
     assert "Restore failure # 1 on node 10.0.0.7 (node-id a7a7a7a7a7a7...) (retry 1 of 2)" in text
     assert "Restore failure # 2 on node 10.0.0.7 (node-id a7a7a7a7a7a7...) (retry 2 of 2)" in text
     # the third attempt's node told only its IP: no node id is made up for it
