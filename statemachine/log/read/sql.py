@@ -15,16 +15,16 @@ from sqlalchemy import Connection, func, select
 from statemachine.domain.state import TrialState
 from statemachine.exceptions import EventDecodeError
 from statemachine.log.bulk import collector_paused
-from statemachine.log.engine import translated
+from statemachine.log.engine import chunks
 from statemachine.log.mapper import EVENT_COLUMNS, stored_event
-from statemachine.log.queries import chunks
 from statemachine.log.read.summary import TrialSummary
 from statemachine.log.schema import events, snapshots
 from statemachine.log.snapshot import decode_state, machine_version
 
 if TYPE_CHECKING:
+    from statemachine.log.connections import Connections
     from statemachine.log.records import StoredEvent
-    from statemachine.log.store import Connections, EventStore
+    from statemachine.log.store import EventStore
 
 #: Folds a trial's rows after a state (``None``: from its start) into its current state.
 FoldTail = Callable[[str, "TrialState | None", Iterable["StoredEvent"]], TrialState]
@@ -107,7 +107,7 @@ def trial_summaries(
     caller still filters).
     """
     del statuses  # the summary columns (not yet) let SQL skip the others
-    with translated("reading the trials' states", db.url), db.read() as conn:
+    with db.transaction("reading the trials' states") as conn:
         experiment_id = db.experiment_id(conn, experiment)
         index = trial_index(conn, experiment_id, trial_ids)
         snaps = snapshot_rows(conn, experiment_id, trial_ids)
@@ -149,7 +149,7 @@ def status_counts(db: Connections, experiment: str) -> dict[str, int]:
 
 def status_counts_all(db: Connections) -> dict[str, dict[str, int]]:
     """Every experiment's trials per status, by experiment name."""
-    with translated("listing experiments", db.url), db.read() as conn:
+    with db.transaction("listing experiments") as conn:
         from statemachine.log.schema import experiments
 
         names = list(conn.execute(select(experiments.c.name)).scalars())
@@ -173,7 +173,7 @@ def attempt_rows(store: EventStore, experiment: str) -> dict[str, list[StoredEve
 
 def last_position(db: Connections, experiment: str) -> int:
     """The position of the experiment's newest event (0: none)."""
-    with translated("reading the log's position", db.url), db.read() as conn:
+    with db.transaction("reading the log's position") as conn:
         experiment_id = db.experiment_id(conn, experiment)
         found: Any = conn.execute(
             select(func.max(events.c.position)).where(events.c.experiment_id == experiment_id)
@@ -183,7 +183,7 @@ def last_position(db: Connections, experiment: str) -> int:
 
 def trials_after(db: Connections, experiment: str, position: int) -> list[str]:
     """The trials with an event after ``position``."""
-    with translated("reading what changed", db.url), db.read() as conn:
+    with db.transaction("reading what changed") as conn:
         experiment_id = db.experiment_id(conn, experiment)
         return list(conn.execute(
             select(events.c.trial_id)
