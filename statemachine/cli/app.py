@@ -132,6 +132,7 @@ COMMANDS = (
     "commands.transfer:import_",
     "commands.ingest:ingest",
     "commands.database:db",
+    "commands.drill:drill",
     "demo:demo",
 )
 
