@@ -122,6 +122,7 @@ COMMANDS = (
     "commands.explain:explain",
     "commands.nodes:nodes",
     "commands.whatif:what_if",
+    "commands.advise:advise_command",
     "commands.timeline:timeline",
     "commands.diagram:diagram",
     "commands.tail:tail",
