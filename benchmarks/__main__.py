@@ -40,6 +40,8 @@ SECTIONS = {
     "tune-busy": ("benchmarks.tune_busy", "a busy Tune driver: 100 trials x 50 checkpoints"),
     "upload": ("benchmarks.log_upload", "the log's copy to S3: upload cost, what the loop pays"),
     "ingest": ("benchmarks.ingest", "ingest of a 1,000-trial Ray folder vs a raw read"),
+    "advise": ("benchmarks.advise", "advise: 100 policies swept over a 10,000-trial experiment"),
+    "web": ("benchmarks.web_page", "serve's experiment page at 1k..100k trials: size, time"),
 }
 #: Left out of ``--quick`` unless named with ``--section`` (Ray start-up alone takes ~10 s;
 #: ``upload`` starts an S3 server and has its own quick test).

@@ -122,6 +122,7 @@ COMMANDS = (
     "commands.explain:explain",
     "commands.nodes:nodes",
     "commands.whatif:what_if",
+    "commands.advise:advise_command",
     "commands.timeline:timeline",
     "commands.diagram:diagram",
     "commands.tail:tail",
@@ -131,6 +132,7 @@ COMMANDS = (
     "commands.transfer:import_",
     "commands.ingest:ingest",
     "commands.database:db",
+    "commands.drill:drill",
     "demo:demo",
 )
 

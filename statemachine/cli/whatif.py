@@ -27,28 +27,13 @@ from statemachine.domain.events import (
     TrialStarted,
 )
 from statemachine.domain.failures import ActorError
-from statemachine.domain.policy import CauseAction, RestorePhase, RetryPolicy
+from statemachine.domain.hypothetical import hypothetical, replay_under
+from statemachine.domain.policy import RestorePhase
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Decision, Status
 from statemachine.exceptions import InvalidTransitionError
 
-
-def hypothetical(policy: RetryPolicy, changes: Mapping[str, Any]) -> RetryPolicy:
-    """``policy`` with ``changes`` applied (raises ``PolicyError``, one line, if invalid).
-
-    ``on_cause`` and ``cause_budgets`` are merged into the policy's own, entry by entry; a
-    budget of the policy's own whose cause is no longer retried uncounted goes with it (a
-    budget given in ``changes`` is kept, and refused if its cause is not retried uncounted).
-    """
-    values = dict(changes)
-    if "on_cause" in values or "cause_budgets" in values:
-        on_cause = {**policy.on_cause, **values.get("on_cause", {})}
-        uncounted = {c for c, a in on_cause.items()
-                     if CauseAction(a) is CauseAction.RETRY_NOT_COUNTED}
-        kept = {c: n for c, n in policy.cause_budgets.items() if c in uncounted}
-        values["on_cause"] = on_cause
-        values["cause_budgets"] = {**kept, **values.get("cause_budgets", {})}
-    return policy.replace(**values)
+__all__ = ["WhatIfTrial", "hypothetical", "json_changes", "what_if"]
 
 
 def json_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -140,20 +125,8 @@ def what_if(trial_id: str, events: Sequence[Event], changes: Mapping[str, Any]) 
         apply_compiled(recorded, event)
     recorded_failures = sum(isinstance(e, TrialFailed) for e in events)
 
-    hypo = TrialState(trial_id)
-    overrides: dict[RetryPolicy, RetryPolicy] = {}
-    failures = 0
-    cut_at: int | None = None
-    for index, event in enumerate(events):
-        policy = overrides.get(hypo.policy)
-        if policy is None:
-            policy = overrides.setdefault(hypo.policy, hypothetical(hypo.policy, changes))
-        try:
-            apply_compiled(hypo, event, policy)
-        except InvalidTransitionError:
-            cut_at = index + 1
-            break
-        failures += isinstance(event, TrialFailed)
+    replayed = replay_under(trial_id, events, changes)
+    hypo, failures, cut_at = replayed.state, replayed.failures, replayed.cut_at
     events_cut = len(events) - cut_at + 1 if cut_at is not None else 0
     if cut_at is not None:
         note = (f"under this policy the trial is {hypo.status.value} after seq {cut_at - 1} "

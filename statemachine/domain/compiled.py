@@ -178,6 +178,19 @@ def fold_for_session(
     return recorded
 
 
+def step_compiled(state: TrialState, event: Event, policy: RetryPolicy) -> None:
+    """Fold one event into ``state`` (in place) under ``policy``, building no record: the
+    step of :func:`fold_compiled`, for a caller that decides the next event from the state
+    (a simulation). An invalid event raises :class:`InvalidTransitionError`, ``state``
+    untouched."""
+    branches = TABLE.get((event.trigger, state.status))
+    ed = _bare(_EventData)
+    ed.model = state
+    ed.kwargs = {"event": event, "policy": policy}
+    if branches is None or _fire(branches, ed, state) is None:
+        raise InvalidTransitionError(state.trial_id, state.status.value, event.type_name)
+
+
 def fold_compiled(
     trial_id: str,
     events: Iterable[Event],

@@ -182,3 +182,33 @@ class FlakyMarked(Flaky):
 
         with restoring():
             super().load_checkpoint(checkpoint_dir)
+
+
+class SeededFaults(CountingTrainable):
+    """Fails at known rates, seeded: each training iteration raises with probability
+    ``p_fail`` and each restore with ``p_restore_fail``, the draws a function of ``seed``,
+    the trial's ``tag``, the attempt (counted by files in ``ctl``) and the iteration."""
+
+    def setup(self, config: dict[str, Any]) -> None:
+        super().setup(config)
+        tag = config["tag"]
+        self.attempt = len(list(self.ctl.glob(f"attempt-{tag}-*"))) + 1
+        (self.ctl / f"attempt-{tag}-{self.attempt}").write_text(str(os.getpid()))
+
+    def _draw(self, what: str) -> float:
+        import random
+
+        cfg = self.config
+        return random.Random(f"{cfg['seed']}/{cfg['tag']}/{self.attempt}/{what}").random()
+
+    def step(self) -> dict[str, Any]:
+        self.i += 1
+        if self._draw(f"step-{self.i}") < self.config["p_fail"]:
+            raise RuntimeError("injected training fault")
+        time.sleep(self.config.get("sleep", 0.02))
+        return {"score": self.i, "done": self.i >= self.config["iters"]}
+
+    def load_checkpoint(self, checkpoint_dir: str) -> None:
+        if self._draw("restore") < self.config["p_restore_fail"]:
+            raise OSError("injected restore fault: storage unavailable")
+        super().load_checkpoint(checkpoint_dir)

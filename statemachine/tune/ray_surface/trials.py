@@ -124,17 +124,6 @@ def last_result(trial: Trial) -> dict[str, Any]:
         return {}
 
 
-def last_iteration(trial: Trial) -> int | None:
-    """The ``training_iteration`` of the trial's last result (``None``: none yet). When Tune
-    reports a checkpoint it is the iteration the checkpoint was saved at (Tune saves after it
-    processed that result, and trains on only after it processed the save)."""
-    try:
-        value = (trial.run_metadata.last_result or {}).get("training_iteration")
-    except Exception:  # a half-built trial has no run metadata
-        return None
-    return value if type(value) is int else None
-
-
 def never_ran(trial: Trial) -> bool:
     """Whether Ray's trial is PENDING and never ran: no result (``run_metadata.last_result``),
     no failure and no checkpoint (a new trial, whatever its id)."""
@@ -144,6 +133,21 @@ def never_ran(trial: Trial) -> bool:
         ran = False
     return (str(trial.status) == "PENDING" and not ran and num_failures(trial) == 0
             and current_checkpoint(trial) is None)
+
+
+def last_iteration(trial: Trial) -> int | None:
+    """The ``training_iteration`` of the trial's last result (``run_metadata.last_result``):
+    0 when it has none yet, ``None`` when Ray's result does not say. When Tune reports a
+    checkpoint it is the iteration the checkpoint was saved at (Tune saves after it processed
+    that result, and trains on only after it processed the save)."""
+    try:
+        last = trial.run_metadata.last_result
+    except Exception:
+        return None
+    if not last:
+        return 0
+    iteration = last.get("training_iteration") if isinstance(last, dict) else None
+    return iteration if type(iteration) is int and iteration >= 0 else None
 
 
 # ---------------------------------------------------------------------- failure counters
