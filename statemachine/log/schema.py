@@ -139,6 +139,14 @@ snapshots = Table(
     Column("machine_version", String(32), nullable=False),
     Column("epoch", Integer, nullable=False),
     Column("taken_at", DateTime(timezone=True), nullable=False),
+    # A summary of ``state`` (revision 0004), what listings filter, count and order by in
+    # SQL (statemachine/log/read). Written with the state; NULL: not known (a state that did
+    # not decode when 0004 filled them in), and the state is decoded instead.
+    Column("status", String(16), nullable=True),
+    Column("failures", Integer, nullable=True),
+    Column("total_restore_failures", Integer, nullable=True),
+    Column("preemptions", Integer, nullable=True),
+    Column("error_type", String(64), nullable=True),
     PrimaryKeyConstraint("experiment_id", "trial_id"),
 )
 

@@ -23,14 +23,20 @@ from statemachine.log.mapper import EVENT_COLUMNS, stored_event
 from statemachine.log.queries import chunks
 from statemachine.log.records import DriverSession, StoredEvent, utcnow
 from statemachine.log.schema import events, snapshots
-from statemachine.log.snapshot import decode_state, encode_state, machine_version
+from statemachine.log.snapshot import (
+    decode_state,
+    encode_state,
+    machine_version,
+    summary_values,
+)
 
 if TYPE_CHECKING:
     from statemachine.log.store import Connections
 
 logger = logging.getLogger("statemachine.log")
 
-_SNAPSHOT_VALUES = ("seq", "state", "machine_version", "epoch", "taken_at")
+_SNAPSHOT_VALUES = ("seq", "state", "machine_version", "epoch", "taken_at", "status", "failures",
+                    "total_restore_failures", "preemptions", "error_type")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +94,7 @@ class SnapshotTable:
                 "machine_version": tag,
                 "epoch": session.epoch,
                 "taken_at": now,
+                **summary_values(s),
             }
             for s in states
         ]

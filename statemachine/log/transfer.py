@@ -47,7 +47,7 @@ from statemachine.log.records import (
     utc,
 )
 from statemachine.log.schema import driver_sessions, events, experiments, snapshots
-from statemachine.log.snapshot import encode_state, machine_version
+from statemachine.log.snapshot import encode_state, machine_version, summary_values
 
 if TYPE_CHECKING:
     from statemachine.log.replay import VerifyResult
@@ -500,7 +500,8 @@ def import_export(
         now, tag = datetime.now(timezone.utc), machine_version()
         conn.execute(insert(snapshots), [
             {"experiment_id": experiment_id, "trial_id": s.trial_id, "seq": s.seq,
-             "state": encode_state(s), "machine_version": tag, "epoch": epoch, "taken_at": now}
+             "state": encode_state(s), "machine_version": tag, "epoch": epoch, "taken_at": now,
+             **summary_values(s)}
             for s in states
         ])  # fmt: skip
     return target
