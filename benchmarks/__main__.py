@@ -40,6 +40,7 @@ SECTIONS = {
     "tune-busy": ("benchmarks.tune_busy", "a busy Tune driver: 100 trials x 50 checkpoints"),
     "upload": ("benchmarks.log_upload", "the log's copy to S3: upload cost, what the loop pays"),
     "ingest": ("benchmarks.ingest", "ingest of a 1,000-trial Ray folder vs a raw read"),
+    "read": ("benchmarks.read", "the CLI's read commands on a big shared log vs raw SQL"),
 }
 #: Left out of ``--quick`` unless named with ``--section`` (Ray start-up alone takes ~10 s;
 #: ``upload`` starts an S3 server and has its own quick test).
