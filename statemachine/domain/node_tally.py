@@ -70,32 +70,49 @@ def tally_nodes(events: Iterable[tuple[str, Any]]) -> list[NodeTally]:
         except InvalidTransitionError:
             halted.add(trial_id)
             continue
-        if not isinstance(event, (TrialStarted, TrialFailed)):
-            continue
-        node = event.node or NodeRef()
-        tally = tallies.get(_identity(node))
-        if tally is None:
-            tally = tallies[_identity(node)] = NodeTally(node)
-        elif _detail(node) > _detail(tally.node):
-            tally.node = node  # the same node id, described more fully
-        tally.trials.add(trial_id)
-        if isinstance(event, TrialStarted):
-            tally.attempts += 1
-            tally.restore_attempts += state.status is Status.RESTORING
-            continue
-        error = event.error
-        if isinstance(error, RestoreError):
-            tally.restore_failures += 1
-        elif isinstance(error, ActorError):
-            if error.preempted:
-                tally.preemptions += 1
-            else:
-                tally.actor_deaths += 1
-        elif isinstance(error, AbortError):
-            tally.other_failures += 1
-        else:
-            tally.training_failures += 1
+        _count(tallies, trial_id, event, state.status is Status.RESTORING)
     return sorted(tallies.values(), key=NodeTally.sort_key)
+
+
+def tally_attempts(attempts: Iterable[tuple[str, Any, bool]]) -> list[NodeTally]:
+    """:func:`tally_nodes` from the attempts alone, as recorded: ``(trial_id, event,
+    restoring)`` for each ``TrialStarted`` and ``TrialFailed`` of a log, in order, where
+    ``restoring`` says the start went to ``RESTORING`` (the status the log recorded after
+    it). Equal to :func:`tally_nodes` of every event of a log that folds."""
+    tallies: dict[tuple[str | None, ...], NodeTally] = {}
+    for trial_id, event, restoring in attempts:
+        _count(tallies, trial_id, event, restoring)
+    return sorted(tallies.values(), key=NodeTally.sort_key)
+
+
+def _count(tallies: dict[tuple[str | None, ...], NodeTally], trial_id: str, event: Any,
+           restoring: bool) -> None:
+    """Count one event (a start or a failure; anything else is no attempt) where it ran."""
+    if not isinstance(event, (TrialStarted, TrialFailed)):
+        return
+    node = event.node or NodeRef()
+    tally = tallies.get(_identity(node))
+    if tally is None:
+        tally = tallies[_identity(node)] = NodeTally(node)
+    elif _detail(node) > _detail(tally.node):
+        tally.node = node  # the same node id, described more fully
+    tally.trials.add(trial_id)
+    if isinstance(event, TrialStarted):
+        tally.attempts += 1
+        tally.restore_attempts += restoring
+        return
+    error = event.error
+    if isinstance(error, RestoreError):
+        tally.restore_failures += 1
+    elif isinstance(error, ActorError):
+        if error.preempted:
+            tally.preemptions += 1
+        else:
+            tally.actor_deaths += 1
+    elif isinstance(error, AbortError):
+        tally.other_failures += 1
+    else:
+        tally.training_failures += 1
 
 
 def _detail(node: NodeRef) -> int:

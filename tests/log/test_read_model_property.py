@@ -192,10 +192,12 @@ def _property(backend: str, server: str | None, examples: int) -> None:
     run()
 
 
+@pytest.mark.timeout(1200)
 def test_read_model_equals_a_full_fold_on_sqlite() -> None:
-    _property("sqlite", None, 25)
+    _property("sqlite", None, 15)
 
 
 @pytest.mark.postgres
+@pytest.mark.timeout(1200)
 def test_read_model_equals_a_full_fold_on_postgres(pg_server_url: str) -> None:
-    _property("postgres", pg_server_url, 8)
+    _property("postgres", pg_server_url, 6)

@@ -10,14 +10,18 @@ from its events instead.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from statemachine.domain.node_tally import NodeTally, tally_nodes
+from statemachine.domain.events import Event, decode_event
+from statemachine.domain.node_tally import NodeTally, tally_attempts
 from statemachine.domain.nodes import NodeRef
 from statemachine.domain.state import TrialState
-from statemachine.exceptions import UnknownTrialError, close_matches
+from statemachine.domain.status import Status
+from statemachine.exceptions import EventDecodeError, UnknownTrialError, close_matches
+from statemachine.log.bulk import collector_paused
 from statemachine.log.read import sql
 from statemachine.log.read.summary import (
     SORTS,
@@ -182,14 +186,41 @@ class ReadModel:
 
     def nodes(self, experiment: str) -> list[NodeTally]:
         """Per node, what the experiment's attempts and failures did there; worst first
-        (:func:`~statemachine.domain.node_tally.tally_nodes`)."""
-        pairs: list[tuple[str, object]] = []
-        for trial_id, rows in sql.attempt_rows(self._store.connections, experiment):
-            replay = fold_stored(trial_id, rows)
-            if replay.halted_at is not None:
-                self._on_halt(replay.halted_at, replay.halt_reason or "")
-            pairs.extend((trial_id, step.stored.event) for step in replay.steps)
-        return tally_nodes(pairs)
+        (as :func:`~statemachine.domain.node_tally.tally_nodes` of every event).
+
+        Only the starts and failures are read (their own index), each start's restore told
+        by the status the log recorded after it. A trial with an attempt that does not
+        decode, or without that status (rows imported from elsewhere), is folded from all
+        its events instead, up to a row that does not fold (reported through ``on_halt``).
+        """
+        db = self._store.connections
+        found: list[tuple[str, Event, bool]] = []
+        refold: set[str] = set()
+        with collector_paused():
+            for _, trial_id, _, type_name, version, payload, status_after in sql.attempts(
+                db, experiment
+            ):
+                if trial_id in refold:
+                    continue
+                try:
+                    data = json.loads(payload)
+                    if type(data) is not dict or status_after is None:
+                        raise EventDecodeError("not as recorded")
+                    event = decode_event(type_name, version, data)
+                except (EventDecodeError, TypeError, ValueError):
+                    refold.add(trial_id)
+                    continue
+                found.append((trial_id, event, status_after == Status.RESTORING.value))
+            if refold:
+                found = [item for item in found if item[0] not in refold]
+                for trial_id, rows in sql.whole_trials(db, experiment, refold):
+                    replay = fold_stored(trial_id, rows)
+                    if replay.halted_at is not None:
+                        self._on_halt(replay.halted_at, replay.halt_reason or "")
+                    found.extend((trial_id, step.stored.event,
+                                  step.record.status_after is Status.RESTORING)
+                                 for step in replay.steps)
+        return tally_attempts(found)
 
     # ------------------------------------------------------------ live updates
 

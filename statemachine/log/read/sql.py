@@ -270,17 +270,42 @@ def experiment_rows(db: Connections) -> list[tuple[int, ExperimentInfo]]:
     ]
 
 
-def attempt_rows(
+def attempts(
     db: Connections, experiment: str
-) -> Iterator[tuple[str, list[StoredEvent]]]:
-    """Every trial's rows in seq order, 500 trials at a time (what a per-node tally folds)."""
+) -> Iterator[tuple[int, str, int, str, int, str, str | None]]:
+    """The experiment's starts and failures in log order, from their partial index:
+    ``(position, trial_id, seq, type_name, version, payload, status_after)``, read in pages
+    of 20,000 (memory stays bounded)."""
     with translated("reading the nodes' attempts", db.url), db.read() as conn:
         experiment_id = db.experiment_id(conn, experiment)
-        trials = sorted(conn.execute(
-            select(events.c.trial_id).where(events.c.experiment_id == experiment_id)
-            .group_by(events.c.trial_id)
-        ).scalars())  # fmt: skip
-        yield from _tails(conn, experiment_id, experiment, dict.fromkeys(trials, 0))
+    query = (
+        select(events.c.position, events.c.trial_id, events.c.seq, events.c.type_name,
+               events.c.version, events.c.payload, events.c.status_after)
+        .where(events.c.experiment_id == experiment_id,
+               events.c.type_name.in_(("TrialStarted", "TrialFailed")))
+        .order_by(events.c.position)
+        .limit(_PAGE)
+    )
+    after = 0
+    while True:
+        with translated("reading the nodes' attempts", db.url), db.read() as conn:
+            rows = conn.execute(query.where(events.c.position > after)).all()
+        yield from rows
+        if len(rows) < _PAGE:
+            return
+        after = rows[-1][0]
+
+
+def whole_trials(
+    db: Connections, experiment: str, trial_ids: Collection[str]
+) -> Iterator[tuple[str, list[StoredEvent]]]:
+    """Every event of ``trial_ids``, trial by trial, 500 trials at a time."""
+    with translated("reading trials", db.url), db.read() as conn:
+        experiment_id = db.experiment_id(conn, experiment)
+        yield from _tails(conn, experiment_id, experiment, dict.fromkeys(trial_ids, 0))
+
+
+_PAGE = 20_000
 
 
 def last_position(db: Connections, experiment: str) -> int:

@@ -1,4 +1,5 @@
-"""Snapshots carry a summary of their state, so listings filter and count in SQL.
+"""Snapshots carry a summary of their state, so listings filter and count in SQL; the
+attempts have an index of their own.
 
 Revision ID: 0004
 Revises: 0003
@@ -11,6 +12,10 @@ repeat fields of ``state`` and are written with it; a snapshot is still only a c
 under its ``machine_version`` alone. The upgrade fills them in from each stored state (read
 in batches, in Python, so a state that does not decode is simply left NULL: the read model
 decodes such a row, or folds its trial from its events, which is slower, never wrong).
+
+``ix_events_attempts``: a partial index of the starts and failures (``TrialStarted``,
+``TrialFailed``) by experiment and position, what ``trial-replay nodes`` reads instead of
+every event.
 """
 
 from __future__ import annotations
@@ -48,12 +53,15 @@ _snapshots = sa.table(
 )
 
 _BATCH = 2_000
+_ATTEMPTS = "type_name IN ('TrialStarted', 'TrialFailed')"
 
 
 def upgrade() -> None:
     """Add the summary columns and fill them in from every snapshot's state."""
     for column in _columns():
         op.add_column("snapshots", column)
+    op.create_index("ix_events_attempts", "events", ["experiment_id", "position"],
+                    sqlite_where=sa.text(_ATTEMPTS), postgresql_where=sa.text(_ATTEMPTS))
     bind = op.get_bind()
     update = (
         sa.update(_snapshots)
@@ -103,7 +111,8 @@ def _summary(experiment_id: int, trial_id: str, text: str) -> dict[str, Any] | N
 
 
 def downgrade() -> None:
-    """Drop the summary columns."""
+    """Drop the summary columns and the attempts' index."""
+    op.drop_index("ix_events_attempts", table_name="events")
     with op.batch_alter_table("snapshots") as batch:
         for column in reversed(_COLUMNS):
             batch.drop_column(column.name)
