@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Select, and_, case, func, or_, select
+from sqlalchemy import Connection, Select, and_, case, func, or_, select, text
 
 from statemachine.domain.state import TrialState
 from statemachine.exceptions import EventDecodeError
@@ -29,7 +29,7 @@ from statemachine.log.engine import translated
 from statemachine.log.mapper import EVENT_COLUMNS, stored_event
 from statemachine.log.queries import chunks
 from statemachine.log.records import ExperimentInfo, utc
-from statemachine.log.schema import events, experiments, snapshots
+from statemachine.log.schema import ATTEMPTS_WHERE, events, experiments, snapshots
 from statemachine.log.snapshot import decode_state, machine_version
 
 if TYPE_CHECKING:
@@ -281,8 +281,9 @@ def attempts(
     query = (
         select(events.c.position, events.c.trial_id, events.c.seq, events.c.type_name,
                events.c.version, events.c.payload, events.c.status_after)
-        .where(events.c.experiment_id == experiment_id,
-               events.c.type_name.in_(("TrialStarted", "TrialFailed")))
+        # The partial index's own predicate, as literal text: SQLite uses a partial index
+        # only for a WHERE that names its terms (not bound parameters).
+        .where(events.c.experiment_id == experiment_id, text(ATTEMPTS_WHERE))
         .order_by(events.c.position)
         .limit(_PAGE)
     )
