@@ -32,8 +32,10 @@ from statemachine.log_location import DEFAULT_LOG_FILENAME
 #: URI schemes that name a storage filesystem rather than a database.
 STORAGE_SCHEMES = frozenset({"s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss", "az"})
 _CHUNK = 1 << 20
-#: Checksums a manifest vouches for: its copy's, and the two before (whole older copies).
-_VOUCHED = 3
+#: At most this many checksums in a manifest written ahead of a move: its copy's and those
+#: of the copies that uploads killed before their moves left in place (one per such kill in a
+#: row; a finished upload vouches for its copy alone again).
+_VOUCHED = 256
 
 
 def is_storage_uri(text: str) -> bool:
@@ -134,10 +136,13 @@ class RemoteFile:
                 ahead = True
             self.fs.move(temporary, self.path)
             ahead = False
-            if manifest is not None and previous is None:
-                # After it: a kill in between leaves a copy without a manifest, which is
-                # checked by its header alone (as one uploaded before manifests).
-                self._write_manifest(manifest)
+            if manifest is not None:
+                # After it: the manifest vouches for the new copy alone (a kill in between
+                # leaves the one written ahead, which names it too; the first time, a copy
+                # without a manifest, checked by its header alone as one uploaded before
+                # manifests). Were the checksums written ahead kept instead, a few kills in
+                # a row before the move could push out the one of the copy still in place.
+                self._write_manifest(replace(manifest, accepts=(manifest.sha256,)))
         except Exception as exc:
             with contextlib.suppress(Exception):
                 self.fs.delete_file(temporary)

@@ -344,6 +344,23 @@ from statemachine.log.remote import RemoteFile
 from statemachine.tune.log_sync import LogSync
 
 
+class PausingBeforeMove:
+    # The S3 filesystem, pausing (to be killed) when an uploaded copy is about to be moved
+    # over the log's copy: the moment a kill leaves a whole unfinished upload behind.
+
+    def __init__(self, fs, pause):
+        self._fs, self._pause = fs, pause
+
+    def __getattr__(self, name):
+        return getattr(self._fs, name)
+
+    def move(self, source, destination):
+        if self._pause and ".uploading-" in source and destination.endswith(".db"):
+            print("MOVING", flush=True)
+            time.sleep(600)
+        return self._fs.move(source, destination)
+
+
 class Announcing(RemoteFile):
     def upload(self, *args):
         print("PUT", flush=True)
@@ -352,8 +369,9 @@ class Announcing(RemoteFile):
         print("DONE", time.perf_counter() - started, flush=True)
 
 
-local, bucket_path = Path(sys.argv[1]), sys.argv[2]
-fs = pyarrow.fs.S3FileSystem(endpoint_override=os.environ["AWS_ENDPOINT_URL"])
+local, bucket_path, pause = Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "pause"
+fs = PausingBeforeMove(
+    pyarrow.fs.S3FileSystem(endpoint_override=os.environ["AWS_ENDPOINT_URL"]), pause)
 sync = LogSync(local, Announcing(fs, bucket_path), experiment="exp",
                storage_path="b/exps/exp", attempts=1)
 sync.prepare()
@@ -393,15 +411,25 @@ def test_an_uploader_killed_mid_upload_never_leaves_a_partial_copy(
     env = {**os.environ, **s3_env.env, "PYTHONPATH": str(REPO)}
     seen: list[dict[str, Any]] = []
     upload_s = 0.0
+    # Kills 1, 2 and 3 land between the upload of the new copy and its move over the old one
+    # (the uploader waits there to be killed), so a whole unfinished upload is left behind
+    # for certain, three times in a row over the same copy; the others land at a random
+    # moment of an upload.
     for kill in range(6):
-        child = subprocess.Popen([sys.executable, "-c", UPLOADER, str(local), remote.path],
-                                 env=env, cwd=REPO, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
+        at_move = kill in (1, 2, 3)
+        child = subprocess.Popen(
+            [sys.executable, "-c", UPLOADER, str(local), remote.path,
+             "pause" if at_move else "run"],
+            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True)
         try:
             if not upload_s:  # how long one upload takes here: the kills land within one
                 upload_s = float(next_line(child, "DONE "))
-            next_line(child, "PUT")
-            time.sleep(rng.uniform(0.0, upload_s))
+            if at_move:
+                next_line(child, "MOVING")
+            else:
+                next_line(child, "PUT")
+                time.sleep(rng.uniform(0.0, upload_s))
         finally:
             os.killpg(child.pid, signal.SIGKILL)
             child.wait(timeout=30)
@@ -409,14 +437,15 @@ def test_an_uploader_killed_mid_upload_never_leaves_a_partial_copy(
         fetched = tmp_path / f"fetched-{kill}.db"
         assert remote.download_checked(fetched), "the copy vanished"
         facts = log_facts(fetched, check_pages=True)  # a whole, readable log
-        seen.append({"events": facts.progress.events, "bytes": fetched.stat().st_size,
+        seen.append({"at_move": at_move, "events": facts.progress.events,
+                     "bytes": fetched.stat().st_size,
                      "unfinished_upload_left": any(".uploading-" in n for n in names)})
     # The next driver clears what killed uploads left, before it uploads anything, and its
     # upload brings the copy up to the local log.
     upload(local, remote)
     names = [i.base_name for i in remote.fs.get_file_info(pyarrow.fs.FileSelector(folder))]
     assert sorted(names) == ["statemachine.db", "statemachine.db.manifest.json"], names
-    assert any(s["unfinished_upload_left"] for s in seen), f"no kill fell in an upload: {seen}"
+    assert all(s["unfinished_upload_left"] for s in seen if s["at_move"]), seen
     with EventStore.open(local, create=False) as store:
         local_events = Counter(e.event_id for e in store.read_experiment("exp"))
     final = tmp_path / "final.db"
@@ -428,7 +457,8 @@ def test_an_uploader_killed_mid_upload_never_leaves_a_partial_copy(
     check_log(
         f"sqlite:///{final}", "exp", scenario="Uploader SIGKILLed mid-upload",
         injected=f"kill -9 of a process uploading its log to S3, at a random moment of an "
-                 f"upload ({upload_s:.2f} s each; seed {seed}); then the next driver's upload",
+                 f"upload ({upload_s:.2f} s each; seed {seed}; 3 in a row just before the "
+                 f"new copy's move over the old); then the next driver's upload",
         times=len(seen), expected={"events": local_events}, found=found,
         reliability=reliability,
         details={"seed": seed, "kills": seen, "unfinished_uploads_left": sum(
