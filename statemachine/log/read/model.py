@@ -11,7 +11,7 @@ from its events instead.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -193,34 +193,42 @@ class ReadModel:
         decode, or without that status (rows imported from elsewhere), is folded from all
         its events instead, up to a row that does not fold (reported through ``on_halt``).
         """
-        db = self._store.connections
-        found: list[tuple[str, Event, bool]] = []
         refold: set[str] = set()
         with collector_paused():
-            for _, trial_id, _, type_name, version, payload, status_after in sql.attempts(
-                db, experiment
-            ):
-                if trial_id in refold:
-                    continue
-                try:
-                    data = json.loads(payload)
-                    if type(data) is not dict or status_after is None:
-                        raise EventDecodeError("not as recorded")
-                    event = decode_event(type_name, version, data)
-                except (EventDecodeError, TypeError, ValueError):
-                    refold.add(trial_id)
-                    continue
-                found.append((trial_id, event, status_after == Status.RESTORING.value))
-            if refold:
-                found = [item for item in found if item[0] not in refold]
-                for trial_id, rows in sql.whole_trials(db, experiment, refold):
-                    replay = fold_stored(trial_id, rows)
-                    if replay.halted_at is not None:
-                        self._on_halt(replay.halted_at, replay.halt_reason or "")
-                    found.extend((trial_id, step.stored.event,
-                                  step.record.status_after is Status.RESTORING)
-                                 for step in replay.steps)
-        return tally_attempts(found)
+            tallies = tally_attempts(self._attempts(experiment, refold, set()))
+            if refold:  # rare: count again without those trials, then fold them whole
+                tallies = tally_attempts(self._with_folded(experiment, refold))
+        return tallies
+
+    def _attempts(
+        self, experiment: str, refold: set[str], skip: set[str]
+    ) -> Iterator[tuple[str, Event, bool]]:
+        """The recorded attempts, decoded as they are read (memory stays bounded); a trial
+        whose attempt does not decode (or lacks its recorded status) goes to ``refold``."""
+        for _, trial_id, _, type_name, version, payload, status_after in sql.attempts(
+            self._store.connections, experiment
+        ):
+            if trial_id in skip or trial_id in refold:
+                continue
+            try:
+                data = json.loads(payload)
+                if type(data) is not dict or status_after is None:
+                    raise EventDecodeError("not as recorded")
+                event = decode_event(type_name, version, data)
+            except (EventDecodeError, TypeError, ValueError):
+                refold.add(trial_id)
+                continue
+            yield trial_id, event, status_after == Status.RESTORING.value
+
+    def _with_folded(self, experiment: str, refold: set[str]) -> Iterator[tuple[str, Event, bool]]:
+        yield from self._attempts(experiment, set(), refold)
+        for trial_id, rows in sql.whole_trials(self._store.connections, experiment, refold):
+            replay = fold_stored(trial_id, rows)
+            if replay.halted_at is not None:
+                self._on_halt(replay.halted_at, replay.halt_reason or "")
+            yield from ((trial_id, step.stored.event,
+                         step.record.status_after is Status.RESTORING)
+                        for step in replay.steps)
 
     # ------------------------------------------------------------ live updates
 
