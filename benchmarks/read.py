@@ -146,11 +146,12 @@ RSS_TARGET_MIB = 400
 
 
 def report(ctx: Context, backend: str, trials: int, figures: dict[str, tuple[Stat, float]],
-           ) -> None:
+           given: bool = False) -> None:
     """Print one backend's table with ratios and verdicts."""
+    shape = (f"the given log ({BIG}: {trials:,} trials)" if given else
+             f"shared log of {trials:,} + {SMALL} x {max(trials // 100, 1):,} trials")
     table = ctx.report.table(
-        "read", f"Read commands, {backend}: shared log of {trials:,} + {SMALL} x "
-        f"{max(trials // 100, 1):,} trials x 20 events, fresh process each", "s")
+        "read", f"Read commands, {backend}: {shape} x 20 events, fresh process each", "s")
     startup = figures["start-up: trial-replay --version"][0]
     for label, (stat, peak) in figures.items():
         target = TARGETS.get(label)
@@ -178,7 +179,7 @@ def run(ctx: Context) -> None:
     url = given or ctx.sqlite_url("read")
     if not given:
         build(url, trials)
-    report(ctx, "SQLite", trials, measure(url, ctx.rounds))
+    report(ctx, "SQLite", trials, measure(url, ctx.rounds), given=bool(given))
     if os.environ.get("BENCH_READ_NO_PG") or ctx.pg_url is None:
         ctx.report.say(f"read: PostgreSQL skipped ({ctx.pg_reason or 'BENCH_READ_NO_PG'})")
         return
