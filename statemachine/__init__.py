@@ -8,6 +8,7 @@ Tune integration in :mod:`statemachine.tune` and the replay CLI in :mod:`statema
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from statemachine.distribution import VERSION
 from statemachine.domain.classify import classify
 from statemachine.domain.classify_text import classify_text
 from statemachine.domain.compiled import apply_compiled, fold_compiled
@@ -128,7 +129,7 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
 
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 # Every public name but EventLogCallback: it needs the optional Ray extra, so it is reached as
 # statemachine.EventLogCallback (or statemachine.tune) and `from statemachine import *` works,

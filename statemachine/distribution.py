@@ -15,7 +15,11 @@ import shutil
 import sys
 from pathlib import Path
 
-__all__ = ["CONSOLE_SCRIPT", "DISTRIBUTION", "cli_command", "install_hint"]
+__all__ = ["CONSOLE_SCRIPT", "DISTRIBUTION", "VERSION", "cli_command", "install_hint"]
+
+#: This release (``statemachine.__version__``, setup.cfg's ``version``; here so that a module
+#: of the package can read it without importing the package's ``__init__``).
+VERSION = "0.1.0"
 
 #: The distribution name (``pip install tune-trial-statemachine``); setup.cfg's ``name``.
 DISTRIBUTION = "tune-trial-statemachine"

@@ -124,10 +124,19 @@ def watched_page(browser: Browser) -> Iterator[Watched]:
         context.close()
 
 
+#: A folder that also receives every screenshot (CI keeps it as the run's artifacts).
+SCREENSHOTS_ENV = "STATEMACHINE_TEST_SCREENSHOTS"
+
+
 def save_screenshot(page: Page, folder: Path, name: str) -> Path:
     """A screenshot of the whole page, kept as a test artifact in ``folder`` (the test's
-    ``tmp_path``: pytest keeps the last runs' folders, and the path is printed)."""
+    ``tmp_path``: pytest keeps the last runs' folders, and the path is printed), and copied
+    into ``$STATEMACHINE_TEST_SCREENSHOTS`` when that is set."""
     path = folder / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     print(f"screenshot: {path}")
+    artifacts = os.environ.get(SCREENSHOTS_ENV)
+    if artifacts:
+        Path(artifacts).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, Path(artifacts) / path.name)
     return path

@@ -131,6 +131,7 @@ COMMANDS = (
     "commands.transfer:import_",
     "commands.ingest:ingest",
     "commands.database:db",
+    "commands.drill:drill",
     "demo:demo",
 )
 

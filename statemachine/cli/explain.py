@@ -30,6 +30,8 @@ class Step:
     event: str
     decision: str | None
     text: str
+    failure: bool = False
+    """Whether the step is a failure (its record has an error): what ``explain`` numbers."""
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form of this step."""
@@ -95,6 +97,7 @@ class _Narrator:
             f.event.type_name,
             record.decision.value if record.decision else None,
             word(f),
+            record.error is not None,
         )
         self.steps.append(step)
         if record.error is not None:
@@ -124,12 +127,14 @@ class _Narrator:
             ))
             return
         by = ", a Tuner.restore," if kind == "restore" else ""
+        restores = s.restore_failures or s.unconfirmed_restore_failures
+        # Only a restore counter above 0 is one Ray would have lost (it never saves it).
+        lost = " (Ray itself would have lost the restore counter)" if restores else ""
         self.steps.append(Step(
             None, None, new, "DriverResumed", None,
             f"The driver of epoch {old} {how}; epoch {new}{by} took over with the counters "
             f"the log kept: failures {s.failures}, restore failures this episode "
-            f"{s.restore_failures or s.unconfirmed_restore_failures}, preemptions "
-            f"{s.preemptions} (Ray itself would have lost the restore counter).",
+            f"{restores}, preemptions {s.preemptions}{lost}.",
         ))
 
     def _first_epoch(self, epoch: int) -> None:
@@ -191,20 +196,21 @@ def explain_trial(
 
 
 def _summary(state: TrialState, last_failure: Step | None) -> str:
+    """What happened in words first; where the deciding failure sits in the log last."""
     counts = (f"{state.failures} failure(s), {state.total_restore_failures} restore "
               f"failure(s), {state.preemptions} preemption(s)")
     where = ""
     if last_failure is not None and last_failure.seq is not None:
-        where = f" at seq {last_failure.seq}"
+        where = f"; the last failure is seq {last_failure.seq}"
         if last_failure.position is not None:
             where += f" (position {last_failure.position})"
     status = state.status
     if status is Status.ERROR and last_failure is not None:
-        return (f"Trial {state.trial_id} is ERROR: it gave up{where}. "
-                f"{last_failure.text} In all: {counts}.")
+        return (f"Trial {state.trial_id} is ERROR: it gave up. {last_failure.text} In all: "
+                f"{counts}{where}.")
     if status is Status.TERMINATED:
         return f"Trial {state.trial_id} is TERMINATED: it finished after {counts}."
     if last_failure is not None and last_failure.decision != Decision.GIVE_UP.value:
-        return (f"Trial {state.trial_id} is {status.value}: its last failure{where} was "
-                f"recovered from ({last_failure.decision}); {counts}.")
+        return (f"Trial {state.trial_id} is {status.value}: its last failure was recovered "
+                f"from ({last_failure.decision}); {counts}{where}.")
     return f"Trial {state.trial_id} is {status.value}; {counts}."

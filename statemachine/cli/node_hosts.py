@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from statemachine import NodeTally
+    from statemachine.domain.node_tally import NodeTally
 
 __all__ = ["COUNTS", "Host", "group_by_host", "host_key"]
 

@@ -6,9 +6,11 @@ removed, within a major version. Times are ISO 8601 in UTC.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from statemachine.domain.death import DeathCause
 from statemachine.domain.node_tally import NodeTally
 from statemachine.domain.nodes import NodeRef
 from statemachine.domain.state import TrialState
@@ -59,8 +61,11 @@ def node_json(node: NodeRef | None) -> dict[str, str | None] | None:
     return node.to_dict() if node is not None else None
 
 
-def node_row(tally: NodeTally) -> dict[str, Any]:
-    """Schema ``nodes``: what happened on one node (``node_id`` etc. null when unknown)."""
+def node_row(tally: NodeTally, causes: Sequence[DeathCause] = ()) -> dict[str, Any]:
+    """Schema ``nodes``: what happened on one node (``node_id`` etc. null when unknown);
+    ``causes``: the causes of actor deaths that occurred in the experiment (not preempted):
+    a ``"causes"`` object counts this node's by cause, when there are any."""
+    by_cause = {"causes": {c.value: tally.causes.get(c, 0) for c in causes}} if causes else {}
     return {
         **tally.node.to_dict(),
         "attempts": tally.attempts,
@@ -72,6 +77,7 @@ def node_row(tally: NodeTally) -> dict[str, Any]:
         "other_failures": tally.other_failures,
         "failures": tally.failures,
         "trials": sorted(tally.trials),
+        **by_cause,
     }
 
 

@@ -1,7 +1,9 @@
 """Which node ate my restores? A per-node tally of what a log's events say happened there.
 
 :func:`tally_nodes` folds each trial's events (to tell a start that restores from one that
-starts from scratch) and counts, per node, attempts and failures by kind, worst node first.
+starts from scratch) and counts, per node, attempts and failures by kind, worst node first,
+and the actor deaths by cause (as known last: a cause Ray told after the failure,
+``DeathCauseLearned``, replaces the ``unknown`` the failure was recorded with).
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from statemachine.domain.compiled import apply_compiled
-from statemachine.domain.events import TrialFailed, TrialStarted
+from statemachine.domain.death import DeathCause
+from statemachine.domain.events import DeathCauseLearned, TrialFailed, TrialStarted
 from statemachine.domain.failures import AbortError, ActorError, RestoreError
 from statemachine.domain.nodes import NodeRef
 from statemachine.domain.state import TrialState
@@ -37,6 +40,21 @@ class NodeTally:
     other_failures: int = 0
     """Failures that are never retried (``AbortError``)."""
     trials: set[str] = field(default_factory=set)
+    causes: dict[DeathCause, int] = field(default_factory=dict)
+    """The actor deaths (:attr:`actor_deaths`, not the preemptions) by cause; only causes
+    that occurred."""
+
+    def count_death(self, cause: DeathCause, by: int = 1) -> None:
+        """Count (``by=-1``: uncount) an actor death of ``cause`` while training."""
+        if cause is DeathCause.PREEMPTED:
+            self.preemptions += by
+            return
+        self.actor_deaths += by
+        left = self.causes.get(cause, 0) + by
+        if left:
+            self.causes[cause] = left
+        else:
+            self.causes.pop(cause, None)
 
     @property
     def failures(self) -> int:
@@ -61,6 +79,8 @@ def tally_nodes(events: Iterable[tuple[str, Any]]) -> list[NodeTally]:
     tallies: dict[tuple[str | None, ...], NodeTally] = {}
     states: dict[str, TrialState] = {}
     halted: set[str] = set()
+    # each actor death while training: (trial, its seq) -> where it was counted, as what
+    deaths: dict[tuple[str, int], tuple[NodeTally, DeathCause]] = {}
     for trial_id, event in events:
         if trial_id in halted:
             continue
@@ -70,24 +90,35 @@ def tally_nodes(events: Iterable[tuple[str, Any]]) -> list[NodeTally]:
         except InvalidTransitionError:
             halted.add(trial_id)
             continue
-        _count(tallies, trial_id, event, state.status is Status.RESTORING)
+        _count(tallies, deaths, trial_id, state.seq, event,
+               state.status is Status.RESTORING)
     return sorted(tallies.values(), key=NodeTally.sort_key)
 
 
-def tally_attempts(attempts: Iterable[tuple[str, Any, bool]]) -> list[NodeTally]:
-    """:func:`tally_nodes` from the attempts alone, as recorded: ``(trial_id, event,
-    restoring)`` for each ``TrialStarted`` and ``TrialFailed`` of a log, in order, where
-    ``restoring`` says the start went to ``RESTORING`` (the status the log recorded after
-    it). Equal to :func:`tally_nodes` of every event of a log that folds."""
+def tally_attempts(attempts: Iterable[tuple[str, int, Any, bool]]) -> list[NodeTally]:
+    """:func:`tally_nodes` from the attempts alone, as recorded: ``(trial_id, seq, event,
+    restoring)`` for each ``TrialStarted``, ``TrialFailed`` and ``DeathCauseLearned`` of a
+    log, in order, where ``restoring`` says a start went to ``RESTORING`` (the status the log
+    recorded after it). Equal to :func:`tally_nodes` of every event of a log that folds."""
     tallies: dict[tuple[str | None, ...], NodeTally] = {}
-    for trial_id, event, restoring in attempts:
-        _count(tallies, trial_id, event, restoring)
+    deaths: dict[tuple[str, int], tuple[NodeTally, DeathCause]] = {}
+    for trial_id, seq, event, restoring in attempts:
+        _count(tallies, deaths, trial_id, seq, event, restoring)
     return sorted(tallies.values(), key=NodeTally.sort_key)
 
 
-def _count(tallies: dict[tuple[str | None, ...], NodeTally], trial_id: str, event: Any,
-           restoring: bool) -> None:
-    """Count one event (a start or a failure; anything else is no attempt) where it ran."""
+def _count(tallies: dict[tuple[str | None, ...], NodeTally],
+           deaths: dict[tuple[str, int], tuple[NodeTally, DeathCause]], trial_id: str,
+           seq: int, event: Any, restoring: bool) -> None:
+    """Count one event at ``seq`` (a start, a failure, a cause learned later; anything else
+    is no attempt) where it ran."""
+    if isinstance(event, DeathCauseLearned):
+        counted = deaths.get((trial_id, event.failure_seq))
+        if counted is not None and event.death.known:
+            counted[0].count_death(counted[1], -1)
+            counted[0].count_death(event.death.cause)
+            deaths[(trial_id, event.failure_seq)] = (counted[0], event.death.cause)
+        return
     if not isinstance(event, (TrialStarted, TrialFailed)):
         return
     node = event.node or NodeRef()
@@ -105,10 +136,8 @@ def _count(tallies: dict[tuple[str | None, ...], NodeTally], trial_id: str, even
     if isinstance(error, RestoreError):
         tally.restore_failures += 1
     elif isinstance(error, ActorError):
-        if error.preempted:
-            tally.preemptions += 1
-        else:
-            tally.actor_deaths += 1
+        tally.count_death(error.cause)
+        deaths[(trial_id, seq)] = (tally, error.cause)
     elif isinstance(error, AbortError):
         tally.other_failures += 1
     else:

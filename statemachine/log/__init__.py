@@ -4,6 +4,8 @@ See ``docs/log-api.md`` for the contract the Tune integration and the CLI code a
 """
 
 from statemachine.log.experiment_log import ExperimentLog
+from statemachine.log.export_file import ExportFile, export_records, read_export
+from statemachine.log.export_format import EXPORT_SCHEMA
 from statemachine.log.records import (
     AppendRequest,
     DriverSession,
@@ -12,21 +14,22 @@ from statemachine.log.records import (
     StoredEvent,
 )
 from statemachine.log.replay import (
-    Divergence,
     ReplayStep,
-    SeqGap,
-    SessionSpan,
     TrialReplay,
-    Verifier,
-    VerifyResult,
     rehydrate,
     replay_experiment,
     replay_trial,
+)
+from statemachine.log.snapshot import SnapshotLoad
+from statemachine.log.store import EventStore
+from statemachine.log.verification import (
+    Divergence,
+    SeqGap,
+    SessionSpan,
+    Verifier,
+    VerifyResult,
     verify,
 )
-from statemachine.log.snapshot_sql import SnapshotLoad
-from statemachine.log.store import EventStore
-from statemachine.log.transfer import EXPORT_SCHEMA, ExportFile, export_records, read_export
 
 __all__ = [
     "EXPORT_SCHEMA",

@@ -11,13 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import Any, Literal, overload
 
 from sqlalchemy import Connection, Insert, Integer, bindparam, func, insert, literal_column, select
 from sqlalchemy.exc import IntegrityError
 
-from statemachine.exceptions import ConcurrencyError, ConfigurationError, FencedError
-from statemachine.log.engine import Prepared, translated
+from statemachine.exceptions import (
+    ConcurrencyError,
+    ConfigurationError,
+    FencedError,
+    StoreError,
+)
+from statemachine.log.connections import Connections
+from statemachine.log.engine import Prepared, chunks
 from statemachine.log.mapper import (
     EVENT_COLUMNS,
     INSERTED,
@@ -26,7 +32,7 @@ from statemachine.log.mapper import (
     inserted_event,
     stored_event,
 )
-from statemachine.log.queries import chunks, last_seqs
+from statemachine.log.queries import last_seqs
 from statemachine.log.records import (
     AppendRequest,
     DriverSession,
@@ -37,82 +43,7 @@ from statemachine.log.records import (
     utcnow,
 )
 from statemachine.log.schema import events, experiments
-
-if TYPE_CHECKING:
-    from statemachine.log.store import Connections
-
-_CHUNK = 256  # trials per statement of last seqs (a column each)
-
-
-class WriteChecks:
-    """The reads a write transaction checks first, compiled once, run on the raw cursor."""
-
-    def __init__(self, db: Connections) -> None:
-        self._dialect = db.engine.dialect
-        self._epoch = Prepared(
-            db.lock_for_share(
-                select(experiments.c.epoch).where(
-                    experiments.c.id == bindparam("experiment_id", type_=Integer())
-                )
-            ),
-            self._dialect,
-        )
-        self._last_seqs: dict[int, Prepared] = {}
-        query = db.backend.last_seqs_query(events)
-        self._last_seqs_grouped = None if query is None else Prepared(query, self._dialect)
-
-    def epoch(self, cursor: Any, experiment_id: int) -> int | None:
-        """The experiment's current epoch (held against a new session on PostgreSQL)."""
-        self._epoch.run(cursor, {"experiment_id": experiment_id})
-        found = cursor.fetchone()
-        return None if found is None else int(found[0])
-
-    def last_seqs(self, cursor: Any, experiment_id: int, trials: set[str]) -> dict[str, int]:
-        """Each trial's last seq (trials without events are absent).
-
-        Each trial's ``max(seq)`` is one backward seek of the unique index (a ``GROUP BY``
-        over the trials would read every row of them): PostgreSQL takes the trials as one
-        array (the backend's query); SQLite gets one row of scalar subqueries per chunk,
-        padded to a power of two (repeating a trial), so few statements are compiled.
-        """
-        found: dict[str, int] = {}
-        grouped = self._last_seqs_grouped
-        if grouped is not None:
-            for chunk in chunks(sorted(trials)):
-                grouped.run(cursor, {"experiment_id": experiment_id, "trials": chunk})
-                found.update(
-                    (trial, int(seq)) for trial, seq in cursor.fetchall() if seq is not None
-                )
-            return found
-        for chunk in chunks(sorted(trials), _CHUNK):
-            size = 1 << (len(chunk) - 1).bit_length()
-            prepared = self._last_seqs.get(size)
-            if prepared is None:
-                experiment_id_param = bindparam("experiment_id", type_=Integer())
-                prepared = self._last_seqs[size] = Prepared(
-                    select(
-                        *(
-                            select(func.max(events.c.seq))
-                            .where(
-                                events.c.experiment_id == experiment_id_param,
-                                events.c.trial_id
-                                == bindparam(f"t{i}", type_=events.c.trial_id.type),
-                            )
-                            .scalar_subquery()
-                            for i in range(size)
-                        )
-                    ),
-                    self._dialect,
-                )
-            values: dict[str, Any] = {"experiment_id": experiment_id}
-            for i in range(size):
-                values[f"t{i}"] = chunk[min(i, len(chunk) - 1)]
-            prepared.run(cursor, values)
-            row = cursor.fetchone()
-            for trial, seq in zip(chunk, row, strict=False):
-                if seq is not None:
-                    found[trial] = int(seq)
-        return found
+from statemachine.log.write_checks import WriteChecks
 
 
 class Appends:
@@ -188,9 +119,10 @@ class Appends:
         """
         db = self._db
         values = event_values(session, request, request.event_id or new_event_id())
-        with db.lock, translated("appending an event", db.url):
+        what = "appending an event"
+        with db.lock:  # held across the append and its diagnosis
             try:
-                with db.raw_write(one_statement=True) as cursor:
+                with db.transaction(what, raw=True, one_statement=True) as cursor:
                     # Stamped under the write lock: times follow commit order, and an event
                     # of a fenced epoch is always stamped before the newer session began.
                     now = utcnow()
@@ -200,10 +132,11 @@ class Appends:
                     return inserted_event(values, now, position, session.experiment) if (
                         returning
                     ) else None
-            except IntegrityError:
-                pass  # a concurrent writer won the race for this seq or event id
+            except StoreError as exc:
+                if not isinstance(exc.__cause__, IntegrityError):
+                    raise  # else a concurrent writer won the race for this seq or event id
             # Nothing inserted: an idempotent retry, a fenced session or a seq conflict.
-            with db.write() as conn:
+            with db.transaction(what, write=True) as conn:
                 return self.diagnose(conn, session, [event_row(values, utcnow())])[0]
 
     def append_batch(
@@ -239,9 +172,10 @@ class Appends:
             elif trial not in following:
                 first[trial] = expected
             following[trial] = expected + 1
-        with db.lock, translated("appending a batch of events", db.url):
+        what = "appending a batch of events"
+        with db.lock:  # held across the append and its diagnosis
             try:
-                with db.raw_write() as cursor:
+                with db.transaction(what, raw=True) as cursor:
                     epoch = self.checks.epoch(cursor, session.experiment_id)
                     last = self.checks.last_seqs(cursor, session.experiment_id, set(first))
                     positions: list[int] | None = None
@@ -272,9 +206,10 @@ class Appends:
                         inserted_event(row, when, position, experiment)
                         for row, when, position in zip(rows, times, positions, strict=returning)
                     ]
-            except IntegrityError:
-                pass
-            with db.write() as conn:
+            except StoreError as exc:
+                if not isinstance(exc.__cause__, IntegrityError):
+                    raise
+            with db.transaction(what, write=True) as conn:
                 return self.diagnose(conn, session, [event_row(row, utcnow()) for row in rows])
 
     def diagnose(

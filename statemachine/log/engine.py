@@ -136,6 +136,12 @@ def translated(what: str, url: str) -> Iterator[None]:
         raise translate(exc, what, url) from exc
 
 
+def chunks(items: list[str], size: int = 5_000) -> Iterator[list[str]]:
+    """``items`` in slices small enough for an ``IN`` list (SQLite caps bound parameters)."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
 class Prepared:
     """A Core statement compiled once for one dialect, run on the DBAPI cursor (the hot path).
 

@@ -6,7 +6,7 @@ state. It folds through the table compiled from the ``transitions`` machine
 (:func:`statemachine.domain.compiled.fold_for_session`, the one live fold): the same code path
 that rehydration and bulk replay use, proven equal to the machine by the domain's property
 test, and about 30 times cheaper per event than a trigger (which matters for group commits of
-results). :func:`statemachine.log.replay.verify` re-folds a log through the ``transitions``
+results). :func:`statemachine.log.verification.verify` re-folds a log through the ``transitions``
 machine itself, so every recorded decision is also checked against the definition.
 
 A caller that folds every event itself before it is written (the Tune recorder, which must

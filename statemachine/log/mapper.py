@@ -56,8 +56,6 @@ INSERTED = ["experiment_id"] + [
 
 #: Columns of ``events`` a bulk fold reads (:meth:`EventStore.read_fold_rows`).
 FOLD_COLUMNS = (*EVENT_COLUMNS[:6], events.c.counters)
-#: ``(position, trial_id, seq, type_name, version, payload, counters)``.
-FoldRow = tuple[int, str, int, str, int, str, "str | None"]
 
 
 def stored_event(row: Any, experiment: str) -> StoredEvent:

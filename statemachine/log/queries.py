@@ -8,34 +8,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, func, select
 
 from statemachine.exceptions import UnknownTrialError, close_matches
-from statemachine.log.engine import translated
+from statemachine.log.connections import Connections
+from statemachine.log.engine import chunks
 from statemachine.log.mapper import (
     EVENT_COLUMNS,
     FOLD_COLUMNS,
-    FoldRow,
     experiment_info,
     session_info,
     stored_event,
 )
-from statemachine.log.records import ExperimentInfo, SessionInfo, StoredEvent, utc
+from statemachine.log.records import ExperimentInfo, FoldRow, SessionInfo, StoredEvent, utc
 from statemachine.log.schema import driver_sessions, events, experiments
-
-if TYPE_CHECKING:
-    from statemachine.log.store import Connections
 
 _READ_PAGE = 5_000
 _FOLD_PAGE = 20_000
-
-
-def chunks(items: list[str], size: int = 5_000) -> Iterator[list[str]]:
-    """``items`` in slices small enough for an ``IN`` list (SQLite caps bound parameters)."""
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 def last_seqs(conn: Connection, experiment_id: int, trials: Iterable[str]) -> dict[str, int]:
@@ -68,7 +58,7 @@ class Queries:
     ) -> list[StoredEvent]:
         """See :meth:`EventStore.read_trial`."""
         db = self._db
-        with translated("reading a trial", db.url), db.read() as conn:
+        with db.transaction("reading a trial") as conn:
             experiment_id = db.experiment_id(conn, experiment)
             query = select(*EVENT_COLUMNS).where(
                 events.c.experiment_id == experiment_id, events.c.trial_id == trial_id
@@ -93,7 +83,7 @@ class Queries:
     ) -> Iterator[StoredEvent]:
         """See :meth:`EventStore.read_experiment`."""
         db = self._db
-        with translated("reading an experiment", db.url), db.read() as conn:
+        with db.transaction("reading an experiment") as conn:
             experiment_id = db.experiment_id(conn, experiment)
         remaining = limit
         after = from_position
@@ -107,7 +97,7 @@ class Queries:
             )
             if upto_time is not None:
                 query = query.where(events.c.recorded_at <= utc(upto_time))
-            with translated("reading an experiment", db.url), db.read() as conn:
+            with db.transaction("reading an experiment") as conn:
                 rows = conn.execute(query).all()
             for row in rows:
                 yield stored_event(row, experiment)
@@ -126,7 +116,7 @@ class Queries:
     ) -> Iterator[FoldRow]:
         """See :meth:`EventStore.read_fold_rows`."""
         db = self._db
-        with translated("reading an experiment", db.url), db.read() as conn:
+        with db.transaction("reading an experiment") as conn:
             experiment_id = db.experiment_id(conn, experiment)
         query = select(*FOLD_COLUMNS).where(events.c.experiment_id == experiment_id)
         if upto_position is not None:
@@ -136,7 +126,7 @@ class Queries:
         query = query.order_by(events.c.position).limit(_FOLD_PAGE)
         after = 0
         while True:
-            with translated("reading an experiment", db.url), db.read() as conn:
+            with db.transaction("reading an experiment") as conn:
                 rows = conn.execute(query.where(events.c.position > after)).all()
             yield from rows
             if len(rows) < _FOLD_PAGE:
@@ -146,7 +136,7 @@ class Queries:
     def list_trials(self, experiment: str) -> list[str]:
         """See :meth:`EventStore.list_trials`."""
         db = self._db
-        with translated("listing trials", db.url), db.read() as conn:
+        with db.transaction("listing trials") as conn:
             return _trial_ids(conn, db.experiment_id(conn, experiment))
 
     def list_experiments(self) -> list[ExperimentInfo]:
@@ -166,14 +156,14 @@ class Queries:
             .outerjoin(counts, counts.c.experiment_id == experiments.c.id)
             .order_by(experiments.c.name)
         )
-        with translated("listing experiments", self._db.url), self._db.read() as conn:
+        with self._db.transaction("listing experiments") as conn:
             rows = conn.execute(query).all()
         return [experiment_info(row) for row in rows]
 
     def list_sessions(self, experiment: str) -> list[SessionInfo]:
         """See :meth:`EventStore.list_sessions`."""
         db = self._db
-        with translated("listing driver sessions", db.url), db.read() as conn:
+        with db.transaction("listing driver sessions") as conn:
             experiment_id = db.experiment_id(conn, experiment)
             rows = conn.execute(
                 select(driver_sessions)

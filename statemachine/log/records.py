@@ -244,6 +244,12 @@ class StoredEvent:
         return where if what == "event" else f"{what} of {where}"
 
 
+#: A stored event as a bulk fold reads it (:meth:`EventStore.read_fold_rows`):
+#: ``(position, trial_id, seq, type_name, version, payload, counters)``, the last two the
+#: stored JSON text.
+FoldRow = tuple[int, str, int, str, int, str, "str | None"]
+
+
 @dataclass(frozen=True, slots=True)
 class ExperimentInfo:
     """An experiment in the store, with its size."""

@@ -71,8 +71,9 @@ class TolerantDateTime(TypeDecorator[Any]):
 
         return process
 
-#: The events ``ix_events_attempts`` holds: a trial's starts and failures.
-ATTEMPTS_WHERE = "type_name IN ('TrialStarted', 'TrialFailed')"
+#: The events ``ix_events_attempts`` holds: a trial's starts and failures (and the causes of
+#: actor deaths learned after them).
+ATTEMPTS_WHERE = "type_name IN ('TrialStarted', 'TrialFailed', 'DeathCauseLearned')"
 
 #: A 64-bit autoincrementing key; SQLite only autoincrements ``INTEGER PRIMARY KEY`` (rowid).
 Position = BigInteger().with_variant(Integer(), "sqlite")

@@ -12,6 +12,8 @@ machine, built once").
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from statemachine.domain.machine import MACHINE_REVISION
 from statemachine.domain.state import TrialState
 from statemachine.exceptions import EventDecodeError
@@ -51,3 +53,15 @@ def decode_state(text: str, trial_id: str) -> TrialState:
         return TrialState.from_dict(data)
     except (KeyError, TypeError, ValueError) as exc:
         raise EventDecodeError(f"snapshot of trial {trial_id!r} is invalid: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotLoad:
+    """The usable snapshots of an experiment's trials, and the trials whose one is unusable.
+
+    ``unusable`` trials have a snapshot written by this state machine that does not decode;
+    they are folded from all their events (:meth:`EventStore.read_tails` ``refold=``).
+    """
+
+    states: dict[str, TrialState]
+    unusable: frozenset[str] = field(default_factory=frozenset)

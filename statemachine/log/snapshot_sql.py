@@ -9,46 +9,31 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Integer, bindparam, func, select
 
 from statemachine.domain.state import TrialState
 from statemachine.exceptions import EventDecodeError, FencedError, StoreError
-from statemachine.log.appends import WriteChecks
 from statemachine.log.bulk import collector_paused
-from statemachine.log.engine import Prepared, translated
+from statemachine.log.connections import Connections
+from statemachine.log.engine import Prepared, chunks
 from statemachine.log.mapper import EVENT_COLUMNS, stored_event
-from statemachine.log.queries import chunks
 from statemachine.log.records import DriverSession, StoredEvent, utcnow
 from statemachine.log.schema import events, snapshots
 from statemachine.log.snapshot import (
+    SnapshotLoad,
     decode_state,
     encode_state,
     machine_version,
     summary_values,
 )
-
-if TYPE_CHECKING:
-    from statemachine.log.store import Connections
+from statemachine.log.write_checks import WriteChecks
 
 logger = logging.getLogger("statemachine.log")
 
 _SNAPSHOT_VALUES = ("seq", "state", "machine_version", "epoch", "taken_at", "status", "failures",
                     "total_restore_failures", "preemptions", "error_type")
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotLoad:
-    """The usable snapshots of an experiment's trials, and the trials whose one is unusable.
-
-    ``unusable`` trials have a snapshot written by this state machine that does not decode;
-    they are folded from all their events (:meth:`EventStore.read_tails` ``refold=``).
-    """
-
-    states: dict[str, TrialState]
-    unusable: frozenset[str] = field(default_factory=frozenset)
 
 
 class SnapshotTable:
@@ -99,7 +84,7 @@ class SnapshotTable:
             for s in states
         ]
         checks, upsert = self._checks, self._upsert
-        with db.lock, translated("saving snapshots", db.url), db.raw_write() as cursor:
+        with db.transaction("saving snapshots", raw=True) as cursor:
             epoch = checks.epoch(cursor, session.experiment_id)
             if epoch is None:
                 raise StoreError(f"experiment {session.experiment!r} is not in the log")
@@ -118,7 +103,7 @@ class SnapshotTable:
     def load(self, experiment: str) -> SnapshotLoad:
         """See :meth:`EventStore.load_snapshot_set`."""
         db = self._db
-        with translated("loading snapshots", db.url), db.read() as conn:
+        with db.transaction("loading snapshots") as conn:
             experiment_id = db.experiment_id(conn, experiment)
             # Straight from the driver's cursor (one row per trial: SQLAlchemy's result
             # rows cost a third of an open of 100k trials).
@@ -155,7 +140,7 @@ class SnapshotTable:
         """See :meth:`EventStore.read_tails`."""
         db = self._db
         tag = machine_version()
-        with translated("reading events after snapshots", db.url), db.read() as conn:
+        with db.transaction("reading events after snapshots") as conn:
             experiment_id = db.experiment_id(conn, experiment)
             # Each trial's last seq, read from the (experiment, trial, seq) index alone (an
             # aggregate: the database computes it before joining anything to it) ...

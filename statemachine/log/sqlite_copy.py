@@ -107,8 +107,8 @@ def log_facts(path: Path, *, check_pages: bool = False) -> LogFacts:
 
     from statemachine.log import migrate
     from statemachine.log.engine import make_engine, to_url, translated
+    from statemachine.log.opening import schema_revision
     from statemachine.log.schema import events, experiments
-    from statemachine.log.store import schema_revision
 
     url = to_url(path)
     revision = schema_revision(url)

@@ -5,17 +5,16 @@ success, checkpoint, pause, resume, failure (typed, with its cause), completion 
 the failure and restore-failure budgets across driver restarts (``Tuner.restore``); and makes
 Ray follow the retry policy's decisions, including the extras Ray does not have
 (``restart_from_scratch``, ``previous_checkpoint``, a preemption budget, fatal exception types).
-Nothing it does may raise into Tune (an exception escaping a hook aborts the whole run): every
-hook reports its own errors and carries on. It is pickled into the experiment state; the open
-log is not pickled and is reopened lazily.
+Nothing it does may raise into Tune (that aborts the run): every hook reports its own errors
+and carries on. It is pickled into the experiment state; the open log is reopened lazily.
 
 This module is the hooks and the session's lifecycle: what each Tune hook and each report of
 the error seam (:mod:`.seam`) records, and when. Every other job has its module: the log and
-its copy on storage (:mod:`.log_session`), which Ray trial is which trial of the log
-(:mod:`.tracking`), each trial's attempt (:mod:`.attempts`), status changes without a hook
+its storage copy (:mod:`.log_session`), which Ray trial is which in the log (:mod:`.tracking`),
+each trial's attempt and why its actor died (:mod:`.attempts`), hookless status changes
 (:mod:`.status_changes`), Ray following a decision (:mod:`.steering`), node avoidance
-(:mod:`.avoidance`), the trials ``Tuner.restore`` brought back (:mod:`.after_restore`), and
-every read or write of Ray's objects (:mod:`.ray_surface`).
+(:mod:`.avoidance`), the trials ``Tuner.restore`` brought back (:mod:`.after_restore`), every
+read or write of Ray's objects (:mod:`.ray_surface`).
 """
 
 from __future__ import annotations
@@ -250,7 +249,7 @@ class EventLogCallback(Callback):
         policy = self.policy_in_force
         failed = self._attempts.failure(trial, exc, restoring, before, policy)
         record = self._record(trial, failed)
-        self._attempts.failure_recorded(trial)
+        self._attempts.failure_recorded(trial, self._tracker.state(trial) if record else None)
         if record is None:
             return  # refused by the fold: Ray's own accounting stands
         self._steering.follow(trial, record, before.checkpoints if before else (), policy)
@@ -318,7 +317,7 @@ class EventLogCallback(Callback):
         """Settle pending stops, forget unused recover answers, retry queued writes."""
         self._status_changes.settle()
         self._steering.forget_answers()
-        self._attempts.step_ended()
+        self._attempts.step_ended(self._recorder)
         if self._recorder is not None:
             self._recorder.flush()
 
@@ -385,6 +384,7 @@ class EventLogCallback(Callback):
             self._status_changes.align_end(trials)
         seam.remove_listener(self)
         self._seam_listening = False
+        self._attempts.step_ended(self._recorder, end=True)  # causes Ray told late
         if self._session is None:
             return
         self._session.finish(trials, self.hook_errors)

@@ -7,8 +7,9 @@ supported range: the newest Ray that ``pip`` resolves for ``ray[tune]>=2.40,<3``
 oldest supported one, :data:`MIN_RAY` (pinned as ``ray[tune]==2.40.0``).
 
 Every version gate is here: the supported range (:func:`check_ray`), where the ``Tuner``'s
-config classes live (:func:`tuner_config_classes`) and whether placement groups take label
-selectors (:func:`selector_support`). This module imports from :mod:`.ray_surface`, never the
+config classes live (:func:`tuner_config_classes`), whether placement groups take label
+selectors (:func:`selector_support`) and whether Ray tells why an actor died
+(:func:`death_cause_support`). This module imports from :mod:`.ray_surface`, never the
 reverse, and imports Ray only inside its functions: a missing or unsupported Ray is refused
 with the fix, not with an ``ImportError`` from deep inside Ray.
 """
@@ -121,4 +122,21 @@ def selector_support(ray_version: str | None = None) -> str | None:
                     f"(needs ray >= {needed})")
     except Exception as exc:  # an odd Ray: say so, never crash
         return f"cannot tell whether this Ray supports label selectors: {exc}"
+    return None
+
+
+def death_cause_support() -> str | None:
+    """``None`` when this Ray tells why an actor died (its GCS records an ``ActorDeathCause``
+    with the node's death: Ray 2.40 and 2.60 do); else why not: every actor death is then
+    recorded with the cause ``unknown``."""
+    try:
+        import ray
+
+        from statemachine.tune.ray_surface.deaths import has_node_death_info
+
+        if not has_node_death_info():
+            return (f"ray {ray.__version__} records no cause of an actor's death "
+                    f"(ActorDeathCause with node_death_info; tested with {tested_text()})")
+    except Exception as exc:  # an odd Ray: say so, never crash
+        return f"cannot tell whether this Ray records why actors die: {exc}"
     return None

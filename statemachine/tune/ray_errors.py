@@ -7,8 +7,17 @@ nested (a Ray Train worker's error comes through the trainer's actor). :func:`un
 that into a :class:`~statemachine.domain.classify.Raised`; the rules stay in
 :func:`statemachine.domain.classify.classify_raised`, their one owner.
 
+Why an actor died is read from the exception as raised (:func:`exception_death`): Ray builds
+an ``ActorDiedError`` from the GCS's ``ActorDeathCause`` (its ``preempted`` from the node's
+death reason, its message from the context's words), raises some deaths as errors of their
+own (``OutOfMemoryError``, ``RuntimeEnvSetupError``, ``ActorUnschedulableError``) and an
+``ActorUnavailableError`` with no cause at all; the words are mapped by
+:func:`statemachine.domain.ray_causes.death_from_exception`. What the exception lacks is asked
+of Ray later (:mod:`statemachine.tune.late_causes`).
+
 Only public names of ``ray.exceptions`` are read here (``RayTaskError.cause``,
-``.traceback_str``, ``RayActorError.preempted``).
+``.traceback_str``, ``RayActorError.preempted``, ``.actor_init_failed``, the exceptions'
+types and ``str()``).
 """
 
 from __future__ import annotations
@@ -17,8 +26,10 @@ from collections.abc import Iterable
 
 from ray.exceptions import RayActorError, RayTaskError
 
-from statemachine.domain.classify import Raised, classify, classify_raised
+from statemachine.domain.classify import Raised, classify, classify_raised, qualified_name
+from statemachine.domain.death import ActorDeath
 from statemachine.domain.failures import TrialError
+from statemachine.domain.ray_causes import death_from_exception
 from statemachine.domain.status import Status
 
 #: How deep nested ``RayTaskError``s are searched for a carried typed failure.
@@ -41,6 +52,17 @@ def _carried_trial_error(cause: BaseException) -> TrialError | None:
     return None
 
 
+def exception_death(exc: BaseException) -> ActorDeath | None:
+    """Why the actor died, as ``exc`` (the exception a wrapper carried, or as raised) says;
+    ``None`` when it is no actor death (``unknown`` when it is one Ray said nothing about)."""
+    names = [qualified_name(cls) for cls in type(exc).__mro__]
+    if isinstance(exc, RayActorError):
+        return death_from_exception(names, preempted=bool(exc.preempted),
+                                    actor_init_failed=bool(exc.actor_init_failed),
+                                    message=str(exc))
+    return death_from_exception(names)
+
+
 def unwrap(exc: BaseException) -> Raised:
     """``exc``, an exception of Ray's, as the classification rules read it (wrappers off)."""
     cause: BaseException = exc
@@ -56,7 +78,8 @@ def unwrap(exc: BaseException) -> Raised:
             preempted = bool(cause.preempted)
     elif isinstance(exc, RayActorError):
         preempted = bool(exc.preempted)
-    return Raised(exc, cause, traceback_text, preempted, _carried_trial_error(cause))
+    return Raised(exc, cause, traceback_text, preempted, _carried_trial_error(cause),
+                  exception_death(cause))
 
 
 def classify_ray(

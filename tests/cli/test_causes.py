@@ -55,7 +55,7 @@ TRIALS: dict[str, list[Event]] = {
     "t_old": [TrialAdded(), TrialStarted(), nan(None), TrialStarted(), nan(None),
               TrialStarted(), TrialCompleted()],
     "t_late": [TrialAdded(), TrialStarted(), died(ActorDeath()),
-               DeathCauseLearned(3, NODE_DIED, "state_api"), TrialStarted(), TrialCompleted()],
+               DeathCauseLearned(4, NODE_DIED, "state_api"), TrialStarted(), TrialCompleted()],
 }
 
 
@@ -172,7 +172,7 @@ def test_explain_words_a_cause_learned_late(invoke: Callable[..., Run], db: Path
         "(ray.exceptions.ActorDiedError: The actor died.). Decision RECOVER: counted as "
         "failure 1 of max_failures 3")
     assert by_event["DeathCauseLearned"] == (
-        "Ray told later (state_api) why the actor of the failure at seq 3 died: node died "
+        "Ray told later (state_api) why the actor of the failure at seq 4 died: node died "
         "(unexpected termination: health check failed). That failure stays decided as it "
         "was.")
 

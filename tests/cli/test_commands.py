@@ -113,7 +113,10 @@ def test_explain_numbers_restore_failures_across_the_crash(
     run = invoke("--db", fixture_db, "explain", EXP, "c_given_up")
     assert run.exit_code == 0
     text = " ".join(run.stdout.split())
-    assert "Trial c_given_up is ERROR: it gave up at seq 11" in text
+    # words first, the place in the log last (issue 29 item 5)
+    assert text.startswith("Trial c_given_up is ERROR: it gave up. Restore failure # 3")
+    assert (text.index("In all: 2 failure(s)") < text.index(
+        "the last failure is seq 11 (position 39).") < text.index("Policy that applied"))
     assert "Restore failure # 1 on node 10.0.0.7 (node-id a7a7a7a7a7a7...) (retry 1 of 2)" in text
     assert "Restore failure # 2 on node 10.0.0.7 (node-id a7a7a7a7a7a7...) (retry 2 of 2)" in text
     # the third attempt's node told only its IP: no node id is made up for it
@@ -138,6 +141,23 @@ def test_explain_restart_from_scratch_and_preemption(
             "spent: 2 of 2)") in scratch["text"]
     assert data["status"] == "TERMINATED"
     assert data["policy"]["on_restore_exhausted"] == "restart_from_scratch"
+
+
+def test_explain_says_ray_would_lose_the_restore_counter_only_when_there_was_one(
+    invoke: Callable[..., Run], fixture_db: Path
+) -> None:
+    """Across a driver crash, "Ray itself would have lost the restore counter" is true of a
+    trial that had restore failures in its episode, not of one at 0 (issue 29, item 5)."""
+    lost = "Ray itself would have lost the restore counter"
+
+    def resumed(trial: str) -> str:
+        data = _json(invoke("--db", fixture_db, "explain", EXP, trial, "--json"))
+        return next(s["text"] for s in data["steps"] if s["event"] == "DriverResumed")
+
+    assert "restore failures this episode 1" in resumed("c_given_up")
+    assert lost in resumed("c_given_up")
+    assert "restore failures this episode 0" in resumed("b_preempted_scratch")
+    assert lost not in resumed("b_preempted_scratch")
 
 
 def test_what_if_more_restore_retries_recovers_the_given_up_trial(

@@ -19,13 +19,21 @@ from ray import tune
 
 
 def node_name() -> str:
-    """The ``sm-test/name`` label of the node this process runs on."""
-    labels = ray.get_runtime_context().get_node_labels()
-    return str(labels.get("sm-test/name", "?"))
+    """The ``sm-test/name`` label of the node this process runs on (Ray 2.40's runtime
+    context has no labels: there, the node's resource of the same name)."""
+    context = ray.get_runtime_context()
+    if hasattr(context, "get_node_labels"):
+        return str(context.get_node_labels().get("sm-test/name", "?"))
+    node_id = context.get_node_id()
+    node = next((n for n in ray.nodes() if n["NodeID"] == node_id), {})
+    names = [r for r in node.get("Resources", {}) if r.startswith("w") and r[1:2].isdigit()]
+    return names[0] if names else "?"
 
 
 def _disk_is_bad() -> bool:
-    return ray.get_runtime_context().get_node_labels().get("sm-test/disk") == "bad"
+    context = ray.get_runtime_context()  # Ray 2.40: no labels, no bad disk
+    labels = context.get_node_labels() if hasattr(context, "get_node_labels") else {}
+    return bool(labels.get("sm-test/disk") == "bad")
 
 
 class Steps(tune.Trainable):

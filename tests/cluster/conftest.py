@@ -148,9 +148,11 @@ def local_cluster(workers: dict[str, dict[str, str]]) -> Iterator[LocalCluster]:
                                "health_check_failure_threshold": 4},
         })
         handle = LocalCluster(cluster, tmp)
+        # The driver connects before the workers exist: Ray 2.40 attaches a driver to any
+        # raylet of its IP (a worker's, here), whose removal would break the driver.
+        ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
         for name, labels in workers.items():
             handle.add(name, **labels)
-        ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
         seen = _our_processes(tmp)
         yield handle
     finally:

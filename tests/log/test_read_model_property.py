@@ -148,7 +148,8 @@ def check(url: str, data: st.DataObject) -> None:
 
 def _key(t: TrialSummary, sort: str) -> object:
     return {
-        "first_event": 0, "trial_id": t.trial_id, "status": STATUSES.index(t.status) if t.status in STATUSES else 99,
+        "first_event": 0, "trial_id": t.trial_id,
+        "status": STATUSES.index(t.status) if t.status in STATUSES else 99,
         "failures": t.num_failures, "restore_failures": t.total_restore_failures,
         "preemptions": t.num_preemptions, "seq": t.seq,
     }[sort]

@@ -69,7 +69,7 @@ def test_a_cut_export_file_is_refused_naming_its_line(tmp_path: Path) -> None:
 def test_the_export_schema_in_the_docs_is_the_one_import_checks() -> None:
     import re
 
-    from statemachine.log.transfer import EXPORT_SCHEMA
+    from statemachine.log.export_format import EXPORT_SCHEMA
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
     block = re.search(r"<!-- export-schema:start -->\n```json\n(.*?)```", doc, re.S)
@@ -80,7 +80,7 @@ def test_the_hand_validator_agrees_with_jsonschema(tmp_path: Path) -> None:
     """Where ``jsonschema`` is installed (Ray brings it), it accepts a real export and refuses
     what :func:`schema_error` refuses (the schema is standard, bar the ``x-`` keywords)."""
     jsonschema = pytest.importorskip("jsonschema")
-    from statemachine.log.transfer import EXPORT_SCHEMA, schema_error
+    from statemachine.log.export_format import EXPORT_SCHEMA, schema_error
 
     source = f"sqlite:///{tmp_path / 'a.db'}"
     _record(source)

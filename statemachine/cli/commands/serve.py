@@ -1,4 +1,5 @@
-"""``trial-replay serve``: the timeline and each trial's explanation as live local web pages."""
+"""``trial-replay serve``: the experiments, their trials, timelines and nodes as live local web
+pages."""
 
 from __future__ import annotations
 
@@ -37,9 +38,10 @@ def serve(
     out: Output, experiment: str | None, host: str, port: int, allow_hosts: tuple[str, ...],
     open_browser: bool,
 ) -> int:
-    """Serve the timeline and each trial's explanation as local web pages that reload
-    themselves while the experiment runs (until interrupted, Ctrl-C). EXPERIMENT (default:
-    the only one in the log) is the first page; the others are a click away."""
+    """Serve local web pages to debug an experiment (until interrupted, Ctrl-C): status
+    counts, a trial table filtered and sorted a page at a time, a timeline, each trial's
+    failures and restores, the nodes; they follow the log while the experiment runs.
+    EXPERIMENT (default: the only one in the log) is the first page."""
     # Starlette and uvicorn are imported here: every other command starts without them.
     from statemachine.cli.web.routes import build_app
     from statemachine.cli.web.server import listen, run, shown_url

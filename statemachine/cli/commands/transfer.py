@@ -18,13 +18,13 @@ from statemachine.log import VerifyResult
 from statemachine.log import verify as verify_log
 from statemachine.log.dialect import database_file
 from statemachine.log.engine import to_url
+from statemachine.log.export_file import export_records, read_export
 from statemachine.log.records import dump_json
 from statemachine.log.store import (
     refuse_foreign_target,
     remove_new_event_log,
     schema_revision,
 )
-from statemachine.log.transfer import export_records, read_export
 
 
 @click.command("export")

@@ -1,66 +1,67 @@
-"""The HTML of ``trial-replay serve``: the experiments, each one's timeline and trials, and
-each trial's ``explain``.
+"""The pages and JSON answers of ``trial-replay serve``, each built from the log as it is now
+(``open_store`` opens it read-only, once per answer).
 
-Each page is built from the log as it is now (``open_store`` opens it read-only, once per
-page). Every page loads ``static/live.js``, which asks ``/api/version`` every
-:data:`POLL_SECONDS` seconds and reloads the page when the log has new events (or a driver
-session started or ended): the ``tail -f`` of the browser.
+- ``/``: the experiments;
+- ``/e/EXP``: status counts, the trial table a page at a time (filters, sort and page in the
+  address: :mod:`~statemachine.cli.web.listing`), the timeline of a bounded number of trials
+  and an overview of all (:mod:`~statemachine.cli.web.experiment_page`);
+- ``/e/EXP/t/TRIAL``: the trial's timeline, failures, policy, attempts and explanation
+  (:mod:`~statemachine.cli.web.trial_page`);
+- ``/e/EXP/nodes``: machines and their node ids (:mod:`~statemachine.cli.web.nodes_page`);
+- ``/api/...``: the same as JSON, and what changed since a position (live updates).
 
-Every text that comes from the log (experiment and trial names, error messages) is escaped
-for HTML; names in links are URL-quoted. Pages hold no inline script or style.
+The experiment page's ``static/table.js`` asks ``/api/e/EXP/changes?since=POSITION`` every
+:data:`POLL_SECONDS` seconds and patches the table in place; the other pages'
+``static/live.js`` reloads them when :meth:`Pages.version` changes. What the pages read of
+trial state goes through :class:`~statemachine.cli.web.trial_query.TrialQuery`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import html
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
-from statemachine.cli.explain import describe_policy, explain_trial
-from statemachine.cli.provenance import reconstructed_note
-from statemachine.cli.reading import (
-    decode_trial,
-    describe_sessions,
-    fold_states,
-    session_ends,
-    session_kinds,
+from statemachine.cli.reading import decode_trial
+from statemachine.cli.web.experiment_page import (
+    api_row,
+    counts_html,
+    experiment_body,
+    timeline_html,
+    trial_table,
 )
-from statemachine.cli.safe_text import xml_safe
-from statemachine.cli.schema import trial_row
-from statemachine.cli.timeline import build_model
-from statemachine.cli.timeline_svg import render_svg
+from statemachine.cli.web.listing import BadQuery, parse_listing
+from statemachine.cli.web.markup import POLL_SECONDS, STATIC_PATH, e, experiment_href, page
+from statemachine.cli.web.nodes_page import nodes_body
+from statemachine.cli.web.trial_page import trial_body
+from statemachine.cli.web.trial_query import PAGE_SIZE, TrialQuery
 
 if TYPE_CHECKING:
     from statemachine.cli.output import Output
     from statemachine.log import EventStore
-    from statemachine.log.records import SessionInfo
 
-__all__ = ["POLL_SECONDS", "STATIC_PATH", "NotFound", "Pages", "error_page"]
+__all__ = ["MOST_CHANGED", "POLL_SECONDS", "STATIC_PATH", "BadQuery", "NotFound", "Pages",
+           "error_page"]
 
-#: How often a page asks whether the log changed.
-POLL_SECONDS = 2.0
-#: Where the package's static files (script, style) are served.
-STATIC_PATH = "/static"
+#: The most trial ids one answer of ``/api/e/EXP/changes`` lists (``more``: there were more).
+MOST_CHANGED = 1000
 
 OpenStore = Callable[[], AbstractContextManager["EventStore"]]
-
-
-def _e(value: Any) -> str:
-    # Shown as the terminal shows it: control characters and lone surrogates as visible
-    # escapes (a surrogate cannot be sent as UTF-8, XML-illegal characters break the page).
-    return html.escape(xml_safe(value), quote=True)
-
-
-def _q(value: str) -> str:
-    return quote(value, safe="")
+Params = Mapping[str, str]
+#: No parameter: the default listing.
+NO_PARAMS: Params = MappingProxyType({})
 
 
 class NotFound(Exception):
     """A page for an experiment or trial the log does not hold."""
+
+
+def _require(query: TrialQuery, name: str) -> None:
+    if name not in query.experiments():
+        raise NotFound(f"no experiment named {name!r} in this event log")
 
 
 class Pages:
@@ -85,8 +86,9 @@ class Pages:
         with self.open_store() as store:
             infos = store.list_experiments()
         rows = "".join(
-            f'<tr><td><a href="/e/{_q(i.name)}">{_e(i.name)}</a></td><td>{i.trials}</td>'
-            f"<td>{i.events}</td><td>{i.epoch}</td><td>{_e(i.last_recorded_at)}</td></tr>"
+            f'<tr><td><a href="{experiment_href(i.name)}">{e(i.name)}</a></td>'
+            f"<td>{i.trials:,}</td><td>{i.events:,}</td><td>{i.epoch}</td>"
+            f"<td>{e(i.last_recorded_at)}</td></tr>"
             for i in infos
         )
         body = (
@@ -95,95 +97,89 @@ class Pages:
             f"<tbody>{rows}</tbody></table>"
             if infos else "<h1>Experiments</h1><p>This event log holds no experiment yet.</p>"
         )
-        return _page("trial-replay", body)
+        return page("trial-replay", body)
 
-    def experiment(self, name: str) -> str:
-        """The timeline of one experiment and its trials, each linked to its explanation."""
+    def experiment(self, name: str, params: Params = NO_PARAMS) -> str:
+        """The experiment's counts, a page of its trial table and a bounded timeline."""
+        listing = parse_listing(params)
         with self.open_store() as store:
-            if name not in {i.name for i in store.list_experiments()}:
-                raise NotFound(f"no experiment named {name!r} in this event log")
-            sessions = store.list_sessions(name)
-            model = build_model(name, list[Any](store.read_experiment(name)),
-                                session_kinds(sessions), session_ends(sessions))
-            rows = [trial_row(s) for s in fold_states(store, name, self.out)]
-        trials = "".join(
-            f'<tr><td><a href="/e/{_q(name)}/t/{_q(r["trial_id"])}">{_e(r["trial_id"])}</a>'
-            f'</td><td class="{_e(r["status"])}">{_e(r["status"])}</td>'
-            f"<td>{r['num_failures']}</td>"
-            f"<td>{r['num_restore_failures']}/{r['total_restore_failures']}</td>"
-            f"<td>{r['num_preemptions']}</td><td>{_e(r['last_error_type'])}</td>"
-            f"<td>{_e(r['last_error_message'])}</td><td>{_e(r['last_decision'])}</td></tr>"
-            for r in rows
-        )
-        epochs = _e(describe_sessions(sessions))
-        svg = render_svg(model).split("?>", 1)[-1]
-        body = (
-            f'<nav><a href="/">experiments</a></nav><h1>{_e(name)}</h1>'
-            f"<p>Driver sessions: {epochs or 'none'}</p>{_reconstructed(sessions)}{svg}"
-            "<h2>Trials</h2><table><thead><tr><th>trial</th><th>status</th><th>failures</th>"
-            "<th>restore fails (episode/total)</th><th>preemptions</th><th>last error</th>"
-            "<th>message</th><th>last decision</th></tr></thead>"
-            f"<tbody>{trials}</tbody></table>"
-        )
-        return _page(f"trial-replay: {name}", body)
+            query = TrialQuery(store, self.out)
+            _require(query, name)
+            # The position before the state: a change in between is fetched again, not lost.
+            position = query.position(name)
+            body = experiment_body(store, query, name, listing)
+        return page(f"trial-replay: {name}", body, scripts=("table.js",), data={
+            "experiment": name, "position": str(position), "page-size": str(PAGE_SIZE)})
 
     def trial(self, name: str, trial_id: str) -> str:
-        """The explanation of one trial (as ``trial-replay explain``)."""
+        """The trial's page."""
+        body, _ = self._trial(name, trial_id)
+        return page(f"trial-replay: {name} / {trial_id}", body)
+
+    def _trial(self, name: str, trial_id: str) -> tuple[str, dict[str, Any]]:
         with self.open_store() as store:
-            if name not in {i.name for i in store.list_experiments()}:
-                raise NotFound(f"no experiment named {name!r} in this event log")
+            _require(TrialQuery(store, self.out), name)
             if trial_id not in store.list_trials(name):
                 raise NotFound(f"experiment {name!r} has no trial {trial_id!r}")
             decoded = decode_trial(store.read_trial(name, trial_id), self.out)
             sessions = store.list_sessions(name)
-        note = _reconstructed(sessions, {stored.epoch for stored, _ in decoded})
-        explanation = explain_trial(trial_id, list[Any](decoded), session_ends(sessions),
-                                    session_kinds(sessions))
-        steps = "".join(
-            "<tr><td>"
-            + (f"seq {step.seq}" if step.seq is not None else "")
-            + (f" epoch {step.epoch}" if step.epoch is not None else "")
-            + f"</td><td>{_e(step.decision)}</td><td>{_e(step.text)}</td></tr>"
-            for step in explanation.steps
-        )
-        body = (
-            f'<nav><a href="/">experiments</a> / <a href="/e/{_q(name)}">{_e(name)}</a></nav>'
-            f"<h1>Trial {_e(trial_id)}</h1>"
-            f'<p class="summary">{_e(explanation.summary)}</p>{note}'
-            f"<p>Policy that applied: {_e(describe_policy(explanation.state.policy))}.</p>"
-            '<table class="steps"><thead><tr><th>where</th><th>decision</th><th>what happened'
-            f"</th></tr></thead><tbody>{steps}</tbody></table>"
-        )
-        return _page(f"trial-replay: {name} / {trial_id}", body)
+        return trial_body(name, trial_id, decoded, sessions)
 
+    def nodes(self, name: str) -> str:
+        """The machines and node ids the experiment's trials ran on."""
+        body, _ = self._nodes(name)
+        return page(f"trial-replay: {name} / nodes", body)
 
-def _reconstructed(sessions: Iterable[SessionInfo], epochs: Iterable[int] | None = None) -> str:
-    """The paragraph saying the history shown was reconstructed from Ray's files (or "")."""
-    note = reconstructed_note(sessions, epochs)
-    return f'<p class="reconstructed">{_e(note)}</p>' if note else ""
+    def _nodes(self, name: str) -> tuple[str, list[dict[str, Any]]]:
+        with self.open_store() as store:
+            query = TrialQuery(store, self.out)
+            _require(query, name)
+            return nodes_body(name, query.nodes(name))
 
+    # ------------------------------------------------------------ JSON
 
-def _page(title: str, body: str, *, state: str = "ok") -> str:
-    # No inline script or style (the Content-Security-Policy allows this server's files only):
-    # the look and the live reload are static files of the package (static/).
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<link rel="icon" href="{STATIC_PATH}/favicon.svg" type="image/svg+xml">
-<title>{_e(title)}</title>
-<link rel="stylesheet" href="{STATIC_PATH}/serve.css">
-<script src="{STATIC_PATH}/live.js" data-poll-ms="{int(POLL_SECONDS * 1000)}" defer></script>
-<script src="{STATIC_PATH}/timeline.js" defer></script>
-</head>
-<body data-state="{state}">
-<main>
-{body}
-<p class="live" id="live">Live: this page reloads when the event log changes.</p>
-</main>
-</body>
-</html>
-"""
+    def api_trials(self, name: str, params: Params = NO_PARAMS) -> dict[str, Any]:
+        """A page of the trial table as data, with the fragments the page swaps in."""
+        listing = parse_listing(params)
+        with self.open_store() as store:
+            query = TrialQuery(store, self.out)
+            _require(query, name)
+            position = query.position(name)  # before the state, as on the page
+            counts = query.status_counts(name)
+            result = listing.fetch(query, name)
+            fragments = {
+                "counts": counts_html(name, counts, listing),
+                "table": trial_table(name, listing, result),
+                "timeline": timeline_html(store, name, store.list_sessions(name), result,
+                                          counts),
+            }
+        return {
+            "experiment": name, "position": position, "status_counts": counts,
+            "total": result.total, "page": listing.page, "page_size": PAGE_SIZE,
+            "pages": max(1, -(-result.total // PAGE_SIZE)), "query": listing.query(),
+            "rows": [api_row(name, r) for r in result.rows], "html": fragments,
+        }
+
+    def api_changes(self, name: str, params: Params) -> dict[str, Any]:
+        """The trials with an event after ``since`` (a position), and the position now."""
+        text = params.get("since", "0").strip()
+        if not text.isdigit() or len(text) > 19:
+            raise BadQuery(f"parameter since={text[:40]!r} is not an event position (0, 1, ...)")
+        with self.open_store() as store:
+            query = TrialQuery(store, self.out)
+            _require(query, name)
+            changes = query.changed_since(name, int(text))
+        return {"experiment": name, "since": int(text), "position": changes.position,
+                "changed": changes.trial_ids[:MOST_CHANGED],
+                "more": len(changes.trial_ids) > MOST_CHANGED}
+
+    def api_trial(self, name: str, trial_id: str) -> dict[str, Any]:
+        """The trial's explanation (schema ``explain``)."""
+        return self._trial(name, trial_id)[1]
+
+    def api_nodes(self, name: str) -> list[dict[str, Any]]:
+        """The machines, worst first, each with its node ids."""
+        return self._nodes(name)[1]
 
 
 def error_page(title: str, message: str, *, unavailable: bool = False) -> str:
@@ -191,4 +187,4 @@ def error_page(title: str, message: str, *, unavailable: bool = False) -> str:
 
     ``unavailable``: the log could not be read; the page reloads once it can.
     """
-    return _page(title, f"<p>{_e(message)}</p>", state="unavailable" if unavailable else "ok")
+    return page(title, f"<p>{e(message)}</p>", state="unavailable" if unavailable else "ok")

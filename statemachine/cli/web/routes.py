@@ -1,12 +1,20 @@
 """The routes of ``trial-replay serve``: which path answers what, and how a failure answers.
 
-=======================================  ===================================================
-``GET /``                                the experiments (HTML)
-``GET /e/{experiment}``                  one experiment's timeline and trials (HTML)
-``GET /e/{experiment}/t/{trial}``        one trial's explanation (HTML)
-``GET /api/version``                     ``{"version": ...}``, changes with the log (JSON)
-``GET /static/{file}``                   the package's script and style (``static/``)
-=======================================  ===================================================
+=========================================  =================================================
+``GET /``                                  the experiments (HTML)
+``GET /e/{experiment}?{listing}``          counts, a page of trials, a bounded timeline (HTML)
+``GET /e/{experiment}/t/{trial}``          one trial's timeline, failures, attempts (HTML)
+``GET /e/{experiment}/nodes``              machines and their node ids (HTML)
+``GET /api/e/{experiment}/trials?{...}``   a page of trials, counts and the page's fragments
+``GET /api/e/{experiment}/changes?since=``  the trials changed after a position (JSON)
+``GET /api/e/{experiment}/t/{trial}``      one trial's explanation (JSON, as ``explain``)
+``GET /api/e/{experiment}/nodes``          machines and their node ids (JSON)
+``GET /api/version``                       ``{"version": ...}``, changes with the log (JSON)
+``GET /static/{file}``                     the package's script and style (``static/``)
+=========================================  =================================================
+
+``{listing}``: ``status``, ``error``, ``node``, ``restore``, ``q``, ``sort``, ``desc``,
+``page`` (:mod:`~statemachine.cli.web.listing`); a value the table cannot take is 400.
 
 Names in paths are percent-encoded by the pages' links (a name may hold ``/``), so they are
 read from the raw path (:func:`path_segments`), one segment per name.
@@ -23,6 +31,7 @@ How a failure answers, for pages (HTML) and JSON (``{"error": "..."}``) alike:
 - :class:`~statemachine.exceptions.StateMachineError` (the log missing, replaced by something
   that is not an event log, corrupted, newer than this code, its server unreachable): 503
   with the one-line reason, said once on stderr until the log can be read again;
+- :class:`~statemachine.cli.web.listing.BadQuery` (a parameter the table cannot take): 400;
 - anything else is a bug: 500, and the traceback on stderr.
 
 To add a page: a method of :class:`~statemachine.cli.web.pages.Pages` and a line in
@@ -33,7 +42,8 @@ name in ``setup.cfg``'s package data if it is a new kind).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
@@ -46,14 +56,14 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from statemachine.cli.safe_text import one_line
-from statemachine.cli.web.pages import STATIC_PATH, NotFound, Pages, error_page
+from statemachine.cli.web.pages import STATIC_PATH, BadQuery, NotFound, Pages, error_page
 from statemachine.exceptions import (
     StateMachineError,
     UnknownExperimentError,
     UnknownTrialError,
 )
 
-__all__ = ["PAGE_BUILDS", "Availability", "build_app", "html_endpoint", "json_endpoint",
+__all__ = ["PAGE_BUILDS", "Asked", "Availability", "build_app", "html_endpoint", "json_endpoint",
            "path_segments", "routes"]
 
 #: How many pages are built at once (more wait for a thread; JSON answers do not).
@@ -63,6 +73,14 @@ _NOT_FOUND = (NotFound, UnknownExperimentError, UnknownTrialError)
 
 Segments = list[str]
 Endpoint = Callable[[Request], Any]
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What a request asks: its path's segments and its query parameters."""
+
+    segments: Segments
+    params: Mapping[str, str]
 
 
 def path_segments(request: Request) -> Segments:
@@ -103,9 +121,9 @@ class _App:
         self.availability = availability
         self.page_builds = anyio.CapacityLimiter(PAGE_BUILDS)
 
-    async def build(self, build: Callable[[Pages, Segments], Any], segments: Segments,
+    async def build(self, build: Callable[[Pages, Asked], Any], asked: Asked,
                     limiter: anyio.CapacityLimiter | None) -> Any:
-        result = await anyio.to_thread.run_sync(build, self.pages, segments, limiter=limiter)
+        result = await anyio.to_thread.run_sync(build, self.pages, asked, limiter=limiter)
         self.availability.succeeded()
         return result
 
@@ -115,14 +133,20 @@ class _App:
         return reason
 
 
-def html_endpoint(app: _App, build: Callable[[Pages, Segments], str]) -> Endpoint:
-    """An endpoint answering the page ``build(pages, path segments)`` returns."""
+def _asked(request: Request) -> Asked:
+    return Asked(path_segments(request), dict(request.query_params))
+
+
+def html_endpoint(app: _App, build: Callable[[Pages, Asked], str]) -> Endpoint:
+    """An endpoint answering the page ``build(pages, what the request asks)`` returns."""
 
     async def endpoint(request: Request) -> Response:
         try:
-            page = await app.build(build, path_segments(request), app.page_builds)
+            page = await app.build(build, _asked(request), app.page_builds)
         except _NOT_FOUND as exc:
             return HTMLResponse(error_page("not found", str(exc)), status_code=404)
+        except BadQuery as exc:
+            return HTMLResponse(error_page("bad address", str(exc)), status_code=400)
         except StateMachineError as exc:
             reason = app.unavailable(exc)
             return HTMLResponse(error_page("event log unavailable", reason, unavailable=True),
@@ -132,14 +156,16 @@ def html_endpoint(app: _App, build: Callable[[Pages, Segments], str]) -> Endpoin
     return endpoint
 
 
-def json_endpoint(app: _App, build: Callable[[Pages, Segments], Any]) -> Endpoint:
-    """An endpoint answering ``build(pages, path segments)`` (JSON-safe data) as JSON."""
+def json_endpoint(app: _App, build: Callable[[Pages, Asked], Any]) -> Endpoint:
+    """An endpoint answering ``build(pages, what the request asks)`` (JSON-safe) as JSON."""
 
     async def endpoint(request: Request) -> Response:
         try:
-            data = await app.build(build, path_segments(request), None)
+            data = await app.build(build, _asked(request), None)
         except _NOT_FOUND as exc:
             return JSONResponse({"error": one_line(exc)}, status_code=404)
+        except BadQuery as exc:
+            return JSONResponse({"error": one_line(exc)}, status_code=400)
         except StateMachineError as exc:
             return JSONResponse({"error": app.unavailable(exc)}, status_code=503,
                                 headers={"Retry-After": "2"})
@@ -148,19 +174,35 @@ def json_endpoint(app: _App, build: Callable[[Pages, Segments], Any]) -> Endpoin
     return endpoint
 
 
-def _index(pages: Pages, segments: Segments) -> str:
+def _index(pages: Pages, asked: Asked) -> str:
     return pages.index()
 
 
-def _experiment_or_trial(pages: Pages, segments: Segments) -> str:
+def _experiment_or_trial(pages: Pages, asked: Asked) -> str:
+    segments = asked.segments
     if len(segments) == 2:  # e/{experiment}
-        return pages.experiment(segments[1])
+        return pages.experiment(segments[1], asked.params)
+    if len(segments) == 3 and segments[2] == "nodes":  # e/{experiment}/nodes
+        return pages.nodes(segments[1])
     if len(segments) == 4 and segments[2] == "t":  # e/{experiment}/t/{trial}
         return pages.trial(segments[1], segments[3])
     raise NotFound(f"no page at /{'/'.join(segments)}")
 
 
-def _version(pages: Pages, segments: Segments) -> dict[str, str]:
+def _api_experiment(pages: Pages, asked: Asked) -> Any:
+    segments = asked.segments  # api/e/{experiment}/...
+    if len(segments) == 4 and segments[3] == "trials":
+        return pages.api_trials(segments[2], asked.params)
+    if len(segments) == 4 and segments[3] == "changes":
+        return pages.api_changes(segments[2], asked.params)
+    if len(segments) == 4 and segments[3] == "nodes":
+        return pages.api_nodes(segments[2])
+    if len(segments) == 5 and segments[3] == "t":
+        return pages.api_trial(segments[2], segments[4])
+    raise NotFound(f"no answer at /{'/'.join(segments)}")
+
+
+def _version(pages: Pages, asked: Asked) -> dict[str, str]:
     return {"version": pages.version()}
 
 
@@ -170,6 +212,7 @@ def routes(app: _App) -> list[BaseRoute]:
         Route("/", html_endpoint(app, _index)),
         Route("/e/{names:path}", html_endpoint(app, _experiment_or_trial)),
         Route("/api/version", json_endpoint(app, _version)),
+        Route("/api/e/{names:path}", json_endpoint(app, _api_experiment)),
         Mount(STATIC_PATH, app=StaticFiles(packages=[("statemachine.cli.web", "static")])),
     ]
 

@@ -81,7 +81,7 @@ class ReadModel:
     def status_counts(self, experiment: str) -> dict[str, int]:
         """The experiment's trials counted per status (every status present, in order)."""
         db = self._store.connections
-        with db.read() as conn:
+        with db.transaction("reading an experiment") as conn:
             exp_id = db.experiment_id(conn, experiment)
         counts, _, incomplete = sql.status_counts(db, exp_id)
         if exp_id in incomplete:
@@ -202,10 +202,10 @@ class ReadModel:
 
     def _attempts(
         self, experiment: str, refold: set[str], skip: set[str]
-    ) -> Iterator[tuple[str, Event, bool]]:
+    ) -> Iterator[tuple[str, int, Event, bool]]:
         """The recorded attempts, decoded as they are read (memory stays bounded); a trial
         whose attempt does not decode (or lacks its recorded status) goes to ``refold``."""
-        for _, trial_id, _, type_name, version, payload, status_after in sql.attempts(
+        for _, trial_id, seq, type_name, version, payload, status_after in sql.attempts(
             self._store.connections, experiment
         ):
             if trial_id in skip or trial_id in refold:
@@ -218,15 +218,17 @@ class ReadModel:
             except (EventDecodeError, TypeError, ValueError):
                 refold.add(trial_id)
                 continue
-            yield trial_id, event, status_after == Status.RESTORING.value
+            yield trial_id, seq, event, status_after == Status.RESTORING.value
 
-    def _with_folded(self, experiment: str, refold: set[str]) -> Iterator[tuple[str, Event, bool]]:
+    def _with_folded(
+        self, experiment: str, refold: set[str]
+    ) -> Iterator[tuple[str, int, Event, bool]]:
         yield from self._attempts(experiment, set(), refold)
         for trial_id, rows in sql.whole_trials(self._store.connections, experiment, refold):
             replay = fold_stored(trial_id, rows)
             if replay.halted_at is not None:
                 self._on_halt(replay.halted_at, replay.halt_reason or "")
-            yield from ((trial_id, step.stored.event,
+            yield from ((trial_id, step.stored.seq, step.stored.event,
                          step.record.status_after is Status.RESTORING)
                         for step in replay.steps)
 

@@ -25,16 +25,15 @@ from sqlalchemy import Connection, Select, and_, case, func, or_, select, text
 from statemachine.domain.state import TrialState
 from statemachine.exceptions import EventDecodeError
 from statemachine.log.bulk import collector_paused
-from statemachine.log.engine import translated
+from statemachine.log.engine import chunks
 from statemachine.log.mapper import EVENT_COLUMNS, stored_event
-from statemachine.log.queries import chunks
 from statemachine.log.records import ExperimentInfo, utc
 from statemachine.log.schema import ATTEMPTS_WHERE, events, experiments, snapshots
 from statemachine.log.snapshot import decode_state, machine_version
 
 if TYPE_CHECKING:
+    from statemachine.log.connections import Connections
     from statemachine.log.records import StoredEvent
-    from statemachine.log.store import Connections
 
 #: Folds a trial's rows after a state (``None``: from its start) into its current state.
 FoldTail = Callable[[str, "TrialState | None", Iterable["StoredEvent"]], TrialState]
@@ -86,7 +85,7 @@ def light_rows(
     status is known only after its fold).
     """
     tag = machine_version()
-    with translated("reading the trials' states", db.url), db.read() as conn:
+    with db.transaction("reading the trials' states") as conn:
         experiment_id = db.experiment_id(conn, experiment)
         rows: list[Any] = []
         for where in _trial_filters(trial_ids):
@@ -149,7 +148,7 @@ def _trial_filters(trial_ids: Collection[str] | None) -> Iterator[tuple[Any, ...
 def states(db: Connections, experiment: str, trial_ids: Collection[str]) -> dict[str, TrialState]:
     """The decoded snapshot states of ``trial_ids`` (fresh rows, as :func:`light_rows`
     found them)."""
-    with translated("reading the trials' states", db.url), db.read() as conn:
+    with db.transaction("reading the trials' states") as conn:
         return _decoded_states(conn, db.experiment_id(conn, experiment), trial_ids)
 
 
@@ -233,7 +232,7 @@ def status_counts(
     counts: dict[int, dict[str, int]] = {}
     sizes: dict[int, tuple[int, int]] = {}
     incomplete: set[int] = set()
-    with translated("counting trials per status", db.url), db.read() as conn:
+    with db.transaction("counting trials per status") as conn:
         for exp_id, status, trials, total in conn.execute(query):
             before = sizes.get(exp_id, (0, 0))
             sizes[exp_id] = (before[0] + trials, before[1] + int(total))
@@ -261,7 +260,7 @@ def experiment_rows(db: Connections) -> list[tuple[int, ExperimentInfo]]:
         experiments.c.id, experiments.c.name, experiments.c.storage_path,
         experiments.c.created_at, experiments.c.epoch, last_time.scalar_subquery(),
     ).order_by(experiments.c.name)  # fmt: skip
-    with translated("listing experiments", db.url), db.read() as conn:
+    with db.transaction("listing experiments") as conn:
         rows = conn.execute(query).all()
     return [
         (exp_id, ExperimentInfo(name, path, utc(created), epoch, 0, 0,
@@ -276,7 +275,7 @@ def attempts(
     """The experiment's starts and failures in log order, from their partial index:
     ``(position, trial_id, seq, type_name, version, payload, status_after)``, read in pages
     of 20,000 (memory stays bounded)."""
-    with translated("reading the nodes' attempts", db.url), db.read() as conn:
+    with db.transaction("reading the nodes' attempts") as conn:
         experiment_id = db.experiment_id(conn, experiment)
     query = (
         select(events.c.position, events.c.trial_id, events.c.seq, events.c.type_name,
@@ -289,7 +288,7 @@ def attempts(
     )
     after = 0
     while True:
-        with translated("reading the nodes' attempts", db.url), db.read() as conn:
+        with db.transaction("reading the nodes' attempts") as conn:
             rows = conn.execute(query.where(events.c.position > after)).all()
         yield from rows
         if len(rows) < _PAGE:
@@ -301,7 +300,7 @@ def whole_trials(
     db: Connections, experiment: str, trial_ids: Collection[str]
 ) -> Iterator[tuple[str, list[StoredEvent]]]:
     """Every event of ``trial_ids``, trial by trial, 500 trials at a time."""
-    with translated("reading trials", db.url), db.read() as conn:
+    with db.transaction("reading trials") as conn:
         experiment_id = db.experiment_id(conn, experiment)
         yield from _tails(conn, experiment_id, experiment, dict.fromkeys(trial_ids, 0))
 
@@ -311,7 +310,7 @@ _PAGE = 20_000
 
 def last_position(db: Connections, experiment: str) -> int:
     """The position of the experiment's newest event (0: none)."""
-    with translated("reading the log's position", db.url), db.read() as conn:
+    with db.transaction("reading the log's position") as conn:
         experiment_id = db.experiment_id(conn, experiment)
         found: Any = conn.execute(
             select(func.max(events.c.position)).where(events.c.experiment_id == experiment_id)
@@ -321,7 +320,7 @@ def last_position(db: Connections, experiment: str) -> int:
 
 def trials_after(db: Connections, experiment: str, position: int) -> list[str]:
     """The trials with an event after ``position``."""
-    with translated("reading what changed", db.url), db.read() as conn:
+    with db.transaction("reading what changed") as conn:
         experiment_id = db.experiment_id(conn, experiment)
         return list(conn.execute(
             select(events.c.trial_id)

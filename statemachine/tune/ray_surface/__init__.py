@@ -16,6 +16,7 @@ One module per job:
 - :mod:`.checkpoint_manager`: which checkpoints Ray tracks and restores a trial from;
 - :mod:`.trial_methods`: the ``Trial`` methods wrapped in place (the error seam);
 - :mod:`.nodes`: the node of an actor, of a trial and of a failure;
+- :mod:`.deaths`: why an actor died, as Ray tells after the fact, and the preemption drill;
 - :mod:`.placement`: a trial's placement group factory and Tune's pending actor request.
 
 Reads and writes on ``ray.tune.experiment.Trial`` (DeveloperAPI) and what it holds
@@ -32,7 +33,8 @@ Reads and writes on ``ray.tune.experiment.Trial`` (DeveloperAPI) and what it hol
   ``is_restoring``. Same.
 - ``trial.run_metadata.num_failures`` (read and written): ``num_failures``,
   ``set_num_failures``. Same.
-- ``trial.run_metadata.last_result`` (read: whether the trial ever reported): ``never_ran``.
+- ``trial.run_metadata.last_result`` (read: whether the trial ever reported, and its
+  ``training_iteration``, recorded with every failure): ``never_ran``, ``last_iteration``.
   Same.
 - ``trial.temporary_state.num_restore_failures`` (written; never saved by Ray):
   ``set_restore_failures``. Same.
@@ -84,11 +86,26 @@ failure); read in Ray 2.60, and guarded so an older Ray only gets ``None``/"unsu
   request), reached through a wrapper of ``TuneController._schedule_trial_actor`` installed
   only when the policy asks for it: ``track_controller``, ``set_factory``.
 
+Why an actor died, after the fact (:mod:`.deaths`; the exception as raised is read in
+:mod:`statemachine.tune.ray_errors`, public names only), checked in both, the gate
+``compat.death_cause_support``:
+
+- the GCS actor table's ``State`` and ``DeathCause`` (``ray._private.state.state.
+  actor_table``, internal; an ``ActorDeathCause`` protobuf message, read with protobuf's
+  ``MessageToDict``): ``actor_table_death``. Same;
+- ``ray.util.state.get_actor(id, timeout=)``'s ``death_cause`` (DeveloperAPI, needs the
+  dashboard): ``state_api_death``. Same;
+- ``ray.nodes()``' ``Alive``, ``DeathReason``, ``DeathReasonMessage``: ``node_death``; the
+  protobufs' ``ActorDiedErrorContext.node_death_info`` and ``ActorDeathCause``'s ``context``
+  oneof (``ray.core.generated.common_pb2``): ``has_node_death_info``. Same;
+- the drill: ``ray._raylet.GcsClient(address=).drain_node(node_id, reason, message,
+  deadline_ms)`` with ``autoscaler_pb2.DrainNodeReason`` ``DRAIN_NODE_REASON_PREEMPTION``
+  (internal, not a public API; as Ray's ``python/ray/tests/test_draining.py``):
+  ``drain_node``. Same.
+
 Where the next accesses go: writing what the log knows into a trial that ``Tuner.restore``
 brought back (its status, last result and checkpoint manager: issue 27) in :mod:`.trials` and
-:mod:`.checkpoint_manager`, applied by :mod:`statemachine.tune.after_restore`; why an actor
-died (``ActorDiedError``'s death cause, the state API: issue 28) in a module of its own beside
-:mod:`.nodes`, its version gate in :mod:`statemachine.tune.compat`.
+:mod:`.checkpoint_manager`, applied by :mod:`statemachine.tune.after_restore`.
 
 Outside this package Ray is used only through public names: ``ray.tune.Callback`` (base of
 :class:`~statemachine.tune.EventLogCallback`), ``ray.__version__`` and the ``Tuner``'s
@@ -96,5 +113,6 @@ Outside this package Ray is used only through public names: ``ray.tune.Callback`
 ``ray.tune`` in 2.60, which emits a ``RayDeprecationWarning`` when ``ray.train``'s are passed
 to a ``Tuner``) in :mod:`statemachine.tune.compat`, and
 ``ray.exceptions.RayTaskError``/``RayActorError`` (``.cause``, ``.preempted``,
-``.traceback_str``) in :mod:`statemachine.tune.ray_errors`.
+``.actor_init_failed``, ``.traceback_str``, the exception types and ``str()``) in
+:mod:`statemachine.tune.ray_errors`.
 """

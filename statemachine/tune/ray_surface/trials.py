@@ -22,6 +22,7 @@ __all__ = [
     "experiment_name",
     "experiment_path",
     "is_restoring",
+    "last_iteration",
     "max_failures",
     "never_ran",
     "num_failures",
@@ -117,6 +118,19 @@ def never_ran(trial: Trial) -> bool:
         ran = False
     return (str(trial.status) == "PENDING" and not ran and num_failures(trial) == 0
             and current_checkpoint(trial) is None)
+
+
+def last_iteration(trial: Trial) -> int | None:
+    """The ``training_iteration`` of the trial's last result (``run_metadata.last_result``):
+    0 when it has none yet, ``None`` when Ray's result does not say."""
+    try:
+        last = trial.run_metadata.last_result
+    except Exception:
+        return None
+    if not last:
+        return 0
+    iteration = last.get("training_iteration") if isinstance(last, dict) else None
+    return iteration if type(iteration) is int and iteration >= 0 else None
 
 
 # ---------------------------------------------------------------------- failure counters

@@ -267,13 +267,31 @@
         (this.byTime ? "" : " events") + ".";
   };
 
+  var timelines = [];
+
+  function layout() {
+    for (var j = 0; j < timelines.length; j++) {
+      if (timelines[j].svg.isConnected) { timelines[j].layout(); }
+    }
+  }
+
+  // Lay out one timeline (also one put in the page later: the live experiment page swaps
+  // its timeline in when the trials drawn change).
+  function attach(svg) {
+    var timeline = new Timeline(svg);
+    timelines = timelines.filter(function (t) { return t.svg.isConnected; });
+    timelines.push(timeline);
+    timeline.layout();
+    return timeline;
+  }
+
   function start() {
-    var svgs = document.querySelectorAll("svg.timeline"), timelines = [], i;
-    for (i = 0; i < svgs.length; i++) { timelines.push(new Timeline(svgs[i])); }
-    function layout() { for (var j = 0; j < timelines.length; j++) { timelines[j].layout(); } }
-    layout();
+    var svgs = document.querySelectorAll("svg.timeline"), i;
+    for (i = 0; i < svgs.length; i++) { attach(svgs[i]); }
     window.addEventListener("resize", layout);
   }
+
+  window.trialReplayTimeline = {attach: attach};
 
   if (document.readyState === "loading") {
     document.addEventListener("DOMContentLoaded", start);

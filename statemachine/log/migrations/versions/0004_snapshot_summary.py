@@ -14,8 +14,8 @@ in batches, in Python, so a state that does not decode is simply left NULL: the 
 decodes such a row, or folds its trial from its events, which is slower, never wrong).
 
 ``ix_events_attempts``: a partial index of the starts and failures (``TrialStarted``,
-``TrialFailed``) by experiment and position, what ``trial-replay nodes`` reads instead of
-every event.
+``TrialFailed``, ``DeathCauseLearned``) by experiment and position, what ``trial-replay
+nodes`` reads instead of every event.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ _snapshots = sa.table(
 )
 
 _BATCH = 2_000
-_ATTEMPTS = "type_name IN ('TrialStarted', 'TrialFailed')"
+_ATTEMPTS = "type_name IN ('TrialStarted', 'TrialFailed', 'DeathCauseLearned')"
 
 
 def upgrade() -> None:
