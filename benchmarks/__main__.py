@@ -41,6 +41,7 @@ SECTIONS = {
     "upload": ("benchmarks.log_upload", "the log's copy to S3: upload cost, what the loop pays"),
     "ingest": ("benchmarks.ingest", "ingest of a 1,000-trial Ray folder vs a raw read"),
     "advise": ("benchmarks.advise", "advise: 100 policies swept over a 10,000-trial experiment"),
+    "read": ("benchmarks.read", "the CLI's read commands on a big shared log vs raw SQL"),
     "web": ("benchmarks.web_page", "serve's experiment page at 1k..100k trials: size, time"),
 }
 #: Left out of ``--quick`` unless named with ``--section`` (Ray start-up alone takes ~10 s;

@@ -99,6 +99,7 @@ if TYPE_CHECKING:
         replay_trial,
         verify,
     )
+    from statemachine.log.read import ReadModel, TrialSummary
     from statemachine.tune import EventLogCallback as EventLogCallback
 
 # Loaded on first use: the log pulls in SQLAlchemy and Alembic (~0.4 s), the callback Ray.
@@ -110,6 +111,8 @@ _LAZY = {
     "replay_experiment": "statemachine.log",
     "replay_trial": "statemachine.log",
     "verify": "statemachine.log",
+    "ReadModel": "statemachine.log.read",
+    "TrialSummary": "statemachine.log.read",
     "IngestResult": "statemachine.ingest",
     "ingest_experiment": "statemachine.ingest",
     "EventLogCallback": "statemachine.tune",
@@ -177,6 +180,7 @@ __all__ = [
     "NotAnEventLogError",
     "PolicyError",
     "PolicySet",
+    "ReadModel",
     "RecordedByCallbackError",
     "RestoreError",
     "RestorePhase",
@@ -203,6 +207,7 @@ __all__ = [
     "TrialStarted",
     "TrialState",
     "TrialStopped",
+    "TrialSummary",
     "UnknownExperimentError",
     "UnknownTrialError",
     "UnstorableValueError",

@@ -13,9 +13,17 @@ from typing import TYPE_CHECKING
 import click
 
 from statemachine.cli.db import BadInput
+from statemachine.domain.compiled import apply_compiled
 from statemachine.domain.events import Event
 from statemachine.domain.state import TrialState
-from statemachine.exceptions import UnknownExperimentError, UnknownTrialError, close_matches
+from statemachine.exceptions import (
+    EventDecodeError,
+    InvalidTransitionError,
+    UnknownExperimentError,
+    UnknownTrialError,
+    close_matches,
+)
+from statemachine.log.bulk import collector_paused
 from statemachine.log.read import ReadModel
 from statemachine.log.replay import fold_stored
 
@@ -206,18 +214,36 @@ def fold_states(
     store: EventStore, experiment: str, out: Output, at: At | None = None
 ) -> list[TrialState]:
     """Every trial's state (as of ``at``), folded from its events through the compiled
-    machine. A row that does not decode or fold is reported (naming its position) and its
-    trial is shown as of the row before; the other trials are unaffected."""
+    machine, in order of first event. A row that does not decode or fold is reported (naming
+    its position) and its trial is shown as of the row before; the other trials are
+    unaffected.
+
+    Streaming: rows are read in pages and folded as they come, so memory holds one state per
+    trial, never the history (``--at`` of a 100,000-trial experiment).
+    """
     rows = store.read_experiment(experiment)
-    if at is not None:
-        rows = (r for r in rows if at.includes(r))
-    states = []
-    for trial_id, trial_rows in group_by_trial(rows).items():
-        replay = fold_stored(trial_id, trial_rows, keep_steps=False)
-        if replay.halted_at is not None:
-            out.warn(halt_message(replay.halted_at, replay.halt_reason or ""))
-        states.append(replay.state)
-    return states
+    states: dict[str, TrialState] = {}
+    halted: set[str] = set()
+    with collector_paused():
+        for row in rows:
+            if at is not None and not at.includes(row):
+                if at.position is not None:
+                    break  # rows come in position order: the rest is after the point
+                continue
+            trial_id = row.trial_id
+            if trial_id in halted:
+                continue
+            state = states.get(trial_id)
+            if state is None:
+                state = states[trial_id] = TrialState(trial_id)
+            try:
+                event = row.event
+                _ = row.counters  # a row is whole only if its counters parse too
+                apply_compiled(state, event)
+            except (EventDecodeError, InvalidTransitionError) as exc:
+                halted.add(trial_id)
+                out.warn(halt_message(row, str(exc)))
+    return list(states.values())
 
 
 def read_model(store: EventStore, out: Output) -> ReadModel:

@@ -90,37 +90,58 @@ def tally_nodes(events: Iterable[tuple[str, Any]]) -> list[NodeTally]:
         except InvalidTransitionError:
             halted.add(trial_id)
             continue
-        if isinstance(event, DeathCauseLearned):
-            counted = deaths.get((trial_id, event.failure_seq))
-            if counted is not None and event.death.known:
-                counted[0].count_death(counted[1], -1)
-                counted[0].count_death(event.death.cause)
-                deaths[(trial_id, event.failure_seq)] = (counted[0], event.death.cause)
-            continue
-        if not isinstance(event, (TrialStarted, TrialFailed)):
-            continue
-        node = event.node or NodeRef()
-        tally = tallies.get(_identity(node))
-        if tally is None:
-            tally = tallies[_identity(node)] = NodeTally(node)
-        elif _detail(node) > _detail(tally.node):
-            tally.node = node  # the same node id, described more fully
-        tally.trials.add(trial_id)
-        if isinstance(event, TrialStarted):
-            tally.attempts += 1
-            tally.restore_attempts += state.status is Status.RESTORING
-            continue
-        error = event.error
-        if isinstance(error, RestoreError):
-            tally.restore_failures += 1
-        elif isinstance(error, ActorError):
-            tally.count_death(error.cause)
-            deaths[(trial_id, state.seq)] = (tally, error.cause)
-        elif isinstance(error, AbortError):
-            tally.other_failures += 1
-        else:
-            tally.training_failures += 1
+        _count(tallies, deaths, trial_id, state.seq, event,
+               state.status is Status.RESTORING)
     return sorted(tallies.values(), key=NodeTally.sort_key)
+
+
+def tally_attempts(attempts: Iterable[tuple[str, int, Any, bool]]) -> list[NodeTally]:
+    """:func:`tally_nodes` from the attempts alone, as recorded: ``(trial_id, seq, event,
+    restoring)`` for each ``TrialStarted``, ``TrialFailed`` and ``DeathCauseLearned`` of a
+    log, in order, where ``restoring`` says a start went to ``RESTORING`` (the status the log
+    recorded after it). Equal to :func:`tally_nodes` of every event of a log that folds."""
+    tallies: dict[tuple[str | None, ...], NodeTally] = {}
+    deaths: dict[tuple[str, int], tuple[NodeTally, DeathCause]] = {}
+    for trial_id, seq, event, restoring in attempts:
+        _count(tallies, deaths, trial_id, seq, event, restoring)
+    return sorted(tallies.values(), key=NodeTally.sort_key)
+
+
+def _count(tallies: dict[tuple[str | None, ...], NodeTally],
+           deaths: dict[tuple[str, int], tuple[NodeTally, DeathCause]], trial_id: str,
+           seq: int, event: Any, restoring: bool) -> None:
+    """Count one event at ``seq`` (a start, a failure, a cause learned later; anything else
+    is no attempt) where it ran."""
+    if isinstance(event, DeathCauseLearned):
+        counted = deaths.get((trial_id, event.failure_seq))
+        if counted is not None and event.death.known:
+            counted[0].count_death(counted[1], -1)
+            counted[0].count_death(event.death.cause)
+            deaths[(trial_id, event.failure_seq)] = (counted[0], event.death.cause)
+        return
+    if not isinstance(event, (TrialStarted, TrialFailed)):
+        return
+    node = event.node or NodeRef()
+    tally = tallies.get(_identity(node))
+    if tally is None:
+        tally = tallies[_identity(node)] = NodeTally(node)
+    elif _detail(node) > _detail(tally.node):
+        tally.node = node  # the same node id, described more fully
+    tally.trials.add(trial_id)
+    if isinstance(event, TrialStarted):
+        tally.attempts += 1
+        tally.restore_attempts += restoring
+        return
+    error = event.error
+    if isinstance(error, RestoreError):
+        tally.restore_failures += 1
+    elif isinstance(error, ActorError):
+        tally.count_death(error.cause)
+        deaths[(trial_id, seq)] = (tally, error.cause)
+    elif isinstance(error, AbortError):
+        tally.other_failures += 1
+    else:
+        tally.training_failures += 1
 
 
 def _detail(node: NodeRef) -> int:

@@ -28,6 +28,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
@@ -69,6 +70,10 @@ class TolerantDateTime(TypeDecorator[Any]):
                 return Unreadable(value)
 
         return process
+
+#: The events ``ix_events_attempts`` holds: a trial's starts and failures (and the causes of
+#: actor deaths learned after them).
+ATTEMPTS_WHERE = "type_name IN ('TrialStarted', 'TrialFailed', 'DeathCauseLearned')"
 
 #: A 64-bit autoincrementing key; SQLite only autoincrements ``INTEGER PRIMARY KEY`` (rowid).
 Position = BigInteger().with_variant(Integer(), "sqlite")
@@ -127,6 +132,10 @@ events = Table(
     UniqueConstraint("experiment_id", "trial_id", "seq"),
     UniqueConstraint("experiment_id", "event_id"),
     Index(None, "experiment_id", "position"),
+    # The attempts (starts and failures) alone, in log order: what ``nodes`` tallies
+    # (revision 0004). Partial, so the other events (most of a log) never touch it.
+    Index("ix_events_attempts", "experiment_id", "position",
+          sqlite_where=text(ATTEMPTS_WHERE), postgresql_where=text(ATTEMPTS_WHERE)),
 )
 
 snapshots = Table(
@@ -139,6 +148,14 @@ snapshots = Table(
     Column("machine_version", String(32), nullable=False),
     Column("epoch", Integer, nullable=False),
     Column("taken_at", DateTime(timezone=True), nullable=False),
+    # A summary of ``state`` (revision 0004), what listings filter, count and order by in
+    # SQL (statemachine/log/read). Written with the state; NULL: not known (a state that did
+    # not decode when 0004 filled them in), and the state is decoded instead.
+    Column("status", String(16), nullable=True),
+    Column("failures", Integer, nullable=True),
+    Column("total_restore_failures", Integer, nullable=True),
+    Column("preemptions", Integer, nullable=True),
+    Column("error_type", String(64), nullable=True),
     PrimaryKeyConstraint("experiment_id", "trial_id"),
 )
 

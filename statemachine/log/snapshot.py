@@ -30,6 +30,19 @@ def encode_state(state: TrialState) -> str:
     return dump_json(state.to_dict())
 
 
+def summary_values(state: TrialState) -> dict[str, object]:
+    """The summary columns a snapshot row carries beside its state (revision 0004): what
+    listings filter, count and order by without decoding the state."""
+    error = state.last_error
+    return {
+        "status": state.status.value,
+        "failures": state.failures,
+        "total_restore_failures": state.total_restore_failures,
+        "preemptions": state.preemptions,
+        "error_type": error.kind if error is not None else None,
+    }
+
+
 def decode_state(text: str, trial_id: str) -> TrialState:
     """Rebuild a stored state, or raise :class:`EventDecodeError`."""
     try:

@@ -21,12 +21,19 @@ from statemachine.log.engine import Prepared, chunks
 from statemachine.log.mapper import EVENT_COLUMNS, stored_event
 from statemachine.log.records import DriverSession, StoredEvent, utcnow
 from statemachine.log.schema import events, snapshots
-from statemachine.log.snapshot import SnapshotLoad, decode_state, encode_state, machine_version
+from statemachine.log.snapshot import (
+    SnapshotLoad,
+    decode_state,
+    encode_state,
+    machine_version,
+    summary_values,
+)
 from statemachine.log.write_checks import WriteChecks
 
 logger = logging.getLogger("statemachine.log")
 
-_SNAPSHOT_VALUES = ("seq", "state", "machine_version", "epoch", "taken_at")
+_SNAPSHOT_VALUES = ("seq", "state", "machine_version", "epoch", "taken_at", "status", "failures",
+                    "total_restore_failures", "preemptions", "error_type")
 
 
 class SnapshotTable:
@@ -72,6 +79,7 @@ class SnapshotTable:
                 "machine_version": tag,
                 "epoch": session.epoch,
                 "taken_at": now,
+                **summary_values(s),
             }
             for s in states
         ]

@@ -19,7 +19,7 @@ from statemachine.log.export_file import ExportFile, event_row, export_events, s
 from statemachine.log.export_format import export_time
 from statemachine.log.records import check_storable, dump_json, new_log_id
 from statemachine.log.schema import driver_sessions, events, experiments, snapshots
-from statemachine.log.snapshot import encode_state, machine_version
+from statemachine.log.snapshot import encode_state, machine_version, summary_values
 from statemachine.log.verification import VerifyResult
 
 #: Rows per ``INSERT`` of an import (memory holds one batch).
@@ -80,7 +80,8 @@ def import_export(
         now, tag = datetime.now(timezone.utc), machine_version()
         conn.execute(insert(snapshots), [
             {"experiment_id": experiment_id, "trial_id": s.trial_id, "seq": s.seq,
-             "state": encode_state(s), "machine_version": tag, "epoch": epoch, "taken_at": now}
+             "state": encode_state(s), "machine_version": tag, "epoch": epoch, "taken_at": now,
+             **summary_values(s)}
             for s in states
         ])  # fmt: skip
     return target

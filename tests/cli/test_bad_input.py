@@ -132,10 +132,18 @@ def test_unknown_trial_in_what_if(invoke: Callable[..., Run], fixture_db: Path) 
     assert_one_line_error(run, "'a_recovered'")
 
 
+def drop_snapshot(db: Path, trial_id: str) -> None:
+    """Remove a trial's snapshot, so that listings fold its history (as for a log whose
+    driver died before it saved one)."""
+    with closing(sqlite3.connect(db)) as conn, conn:
+        assert conn.execute("DELETE FROM snapshots WHERE trial_id = ?", (trial_id,)).rowcount
+
+
 def test_corrupted_row_is_reported_and_the_rest_is_shown(
     invoke: Callable[..., Run], fixture_db: Path
 ) -> None:
     position = corrupt(fixture_db, "c_given_up", 9)
+    drop_snapshot(fixture_db, "c_given_up")
     run = invoke("--db", fixture_db, "trials", EXP, "--json")
     line = assert_one_line_error(run, f"position {position}", "c_given_up", "seq 9")
     assert "shown as of seq 8" in line
@@ -143,6 +151,24 @@ def test_corrupted_row_is_reported_and_the_rest_is_shown(
     assert len(rows) == 6  # every other trial is still there
     assert rows["c_given_up"]["seq"] == 8 and rows["c_given_up"]["status"] == "RESTORING"
     assert rows["a_recovered"]["status"] == "TERMINATED"
+
+
+def test_corrupted_row_behind_a_snapshot_is_for_verify(
+    invoke: Callable[..., Run], fixture_db: Path
+) -> None:
+    """Listings read each trial's state (its snapshot), not its history: a row broken behind
+    the log's back before an up-to-date snapshot leaves the listing as recorded, and the
+    commands that read history (``verify``, ``show``) name it."""
+    position = corrupt(fixture_db, "c_given_up", 9)
+    run = invoke("--db", fixture_db, "trials", EXP, "--json")
+    assert run.exit_code == 0, run.stderr
+    rows = {r["trial_id"]: r for r in json.loads(run.stdout)}
+    assert len(rows) == 6
+    assert (rows["c_given_up"]["seq"], rows["c_given_up"]["status"]) == (11, "ERROR")
+    verify = invoke("--db", fixture_db, "verify", EXP)
+    assert verify.exit_code != 0 and f"position {position}" in verify.stdout + verify.stderr
+    shown = invoke("--db", fixture_db, "show", EXP, "c_given_up")
+    assert_one_line_error(shown, f"position {position}")
 
 
 def test_corrupted_row_in_show_keeps_the_recorded_columns(
@@ -317,6 +343,7 @@ def test_row_that_does_not_fold_is_reported_and_the_rest_is_shown(
                      "payload = '{}' WHERE trial_id = 'c_given_up' AND seq = 6")
         (position,) = conn.execute("SELECT position FROM events WHERE trial_id = 'c_given_up' "
                                    "AND seq = 6").fetchone()
+    drop_snapshot(fixture_db, "c_given_up")
     run = invoke("--db", fixture_db, "trials", EXP, "--json")
     line = assert_one_line_error(run, f"position {position}", "does not fold",
                                  "'TrialCompleted' is not valid in state PENDING")

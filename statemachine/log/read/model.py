@@ -10,12 +10,18 @@ from its events instead.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+import json
+from collections.abc import Callable, Collection, Iterable, Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from statemachine.domain.node_tally import NodeTally, tally_nodes
+from statemachine.domain.events import Event, decode_event
+from statemachine.domain.node_tally import NodeTally, tally_attempts
+from statemachine.domain.nodes import NodeRef
 from statemachine.domain.state import TrialState
-from statemachine.exceptions import UnknownTrialError, close_matches
+from statemachine.domain.status import Status
+from statemachine.exceptions import EventDecodeError, UnknownTrialError, close_matches
+from statemachine.log.bulk import collector_paused
 from statemachine.log.read import sql
 from statemachine.log.read.summary import (
     SORTS,
@@ -54,17 +60,40 @@ class ReadModel:
     # ------------------------------------------------------------ experiments
 
     def experiments(self) -> list[ExperimentSummary]:
-        """Every experiment of the log (by name) with its trials counted per status."""
-        infos = self._store.list_experiments()
-        counts = sql.status_counts_all(self._store.connections)
-        return [
-            ExperimentSummary(info, self._complete(counts.get(info.name)))
-            for info in infos
-        ]
+        """Every experiment of the log (by name) with its trials counted per status.
+
+        One grouped query counts every experiment's fresh snapshot rows per status; only
+        the trials whose snapshot is not fresh are folded.
+        """
+        db = self._store.connections
+        counts, sizes, incomplete = sql.status_counts(db)
+        found = []
+        for exp_id, info in sql.experiment_rows(db):
+            trials, total = sizes.get(exp_id, (0, 0))
+            info = replace(info, trials=trials, events=total)
+            if exp_id in incomplete:
+                by_status = self._counted(info.name)
+            else:
+                by_status = self._complete(counts.get(exp_id))
+            found.append(ExperimentSummary(info, by_status))
+        return found
 
     def status_counts(self, experiment: str) -> dict[str, int]:
         """The experiment's trials counted per status (every status present, in order)."""
-        return self._complete(sql.status_counts(self._store.connections, experiment))
+        db = self._store.connections
+        with db.transaction("reading an experiment") as conn:
+            exp_id = db.experiment_id(conn, experiment)
+        counts, _, incomplete = sql.status_counts(db, exp_id)
+        if exp_id in incomplete:
+            return self._counted(experiment)
+        return self._complete(counts.get(exp_id))
+
+    def _counted(self, experiment: str) -> dict[str, int]:
+        lights, _ = sql.light_rows(self._store.connections, experiment, self._fold_tail)
+        counts: dict[str, int] = {}
+        for light in lights:
+            counts[light.status] = counts.get(light.status, 0) + 1
+        return self._complete(counts)
 
     @staticmethod
     def _complete(counts: dict[str, int] | None) -> dict[str, int]:
@@ -91,41 +120,59 @@ class ReadModel:
 
         Filters (all optional, combined with AND): ``status`` (a status or several,
         ``"ERROR"``), ``error_type`` (the last failure's kind, ``"RestoreError"``), ``node``
-        (the last failure's node: a node id or its start, an IP or a hostname),
-        ``has_restore_failures`` (``total_restore_failures > 0`` or ``== 0``), ``search``
-        (a part of the trial id, any case). ``sort``: one of :data:`SORTS`; ``offset`` and
-        ``limit`` pick the page; :attr:`Page.total` counts every trial that matched.
+        (the last failure's node: a node id or its start, an IP or a hostname; this one
+        decodes every candidate's state), ``has_restore_failures``
+        (``total_restore_failures > 0`` or ``== 0``), ``search`` (a part of the trial id,
+        any case). ``sort``: one of :data:`SORTS`; ``offset`` and ``limit`` pick the page;
+        :attr:`Page.total` counts every trial that matched. Only the page's states are
+        decoded.
         """
         if sort not in SORTS:
             raise ValueError(f"sort must be one of {', '.join(SORTS)}, got {sort!r}")
         if offset < 0 or (limit is not None and limit < 0):
             raise ValueError("offset and limit must be >= 0")
         statuses = _statuses(status)
-        found = sql.trial_summaries(
-            self._store.connections, experiment, self._fold_tail, statuses=statuses,
-        )
+        db = self._store.connections
+        lights, states = sql.light_rows(db, experiment, self._fold_tail, statuses=statuses)
+        needle = search.lower() if search is not None else None
         matched = [
-            t for t in found
+            t for t in lights
             if (statuses is None or t.status in statuses)
-            and (error_type is None or t.last_error_type == error_type)
-            and (node is None or _on_node(t, node))
+            and (error_type is None or t.error_type == error_type)
             and (has_restore_failures is None
                  or (t.total_restore_failures > 0) == has_restore_failures)
-            and (search is None or search.lower() in t.trial_id.lower())
+            and (needle is None or needle in t.trial_id.lower())
         ]
+        if node is not None:
+            states.update(sql.states(db, experiment, [t.trial_id for t in matched
+                                                      if t.trial_id not in states]))
+            matched = [t for t in matched if _on_node(states[t.trial_id].last_failure_node,
+                                                       node)]
         matched.sort(key=_sort_key(sort), reverse=descending)
         end = None if limit is None else offset + limit
-        return Page(tuple(matched[offset:end]), len(matched), offset, limit)
+        page = matched[offset:end]
+        states.update(sql.states(db, experiment, [t.trial_id for t in page
+                                                  if t.trial_id not in states]))
+        items = tuple(TrialSummary.of(experiment, states[t.trial_id], t.first_position)
+                      for t in page)
+        return Page(items, len(matched), offset, limit)
 
     def trial(self, experiment: str, trial_id: str) -> TrialSummary:
         """One trial as it is now; :class:`UnknownTrialError` (with near ids) if absent."""
-        found = sql.trial_summaries(
-            self._store.connections, experiment, self._fold_tail, trial_ids=[trial_id]
-        )
+        found = self._summaries(experiment, [trial_id])
         if not found:
             trials = self._store.list_trials(experiment)
             raise UnknownTrialError(experiment, trial_id, close_matches(trial_id, trials))
         return found[0]
+
+    def _summaries(self, experiment: str, trial_ids: Collection[str]) -> list[TrialSummary]:
+        db = self._store.connections
+        lights, states = sql.light_rows(db, experiment, self._fold_tail, trial_ids=trial_ids)
+        lights.sort(key=_sort_key("first_event"))
+        states.update(sql.states(db, experiment, [t.trial_id for t in lights
+                                                  if t.trial_id not in states]))
+        return [TrialSummary.of(experiment, states[t.trial_id], t.first_position)
+                for t in lights]
 
     def _fold_tail(
         self, trial_id: str, state: TrialState | None, rows: Iterable[StoredEvent]
@@ -139,14 +186,51 @@ class ReadModel:
 
     def nodes(self, experiment: str) -> list[NodeTally]:
         """Per node, what the experiment's attempts and failures did there; worst first
-        (:func:`~statemachine.domain.node_tally.tally_nodes`)."""
-        pairs: list[tuple[str, object]] = []
-        for trial_id, rows in sql.attempt_rows(self._store, experiment).items():
+        (as :func:`~statemachine.domain.node_tally.tally_nodes` of every event).
+
+        Only the starts and failures are read (their own index), each start's restore told
+        by the status the log recorded after it. A trial with an attempt that does not
+        decode, or without that status (rows imported from elsewhere), is folded from all
+        its events instead, up to a row that does not fold (reported through ``on_halt``).
+        """
+        refold: set[str] = set()
+        with collector_paused():
+            tallies = tally_attempts(self._attempts(experiment, refold, set()))
+            if refold:  # rare: count again without those trials, then fold them whole
+                tallies = tally_attempts(self._with_folded(experiment, refold))
+        return tallies
+
+    def _attempts(
+        self, experiment: str, refold: set[str], skip: set[str]
+    ) -> Iterator[tuple[str, int, Event, bool]]:
+        """The recorded attempts, decoded as they are read (memory stays bounded); a trial
+        whose attempt does not decode (or lacks its recorded status) goes to ``refold``."""
+        for _, trial_id, seq, type_name, version, payload, status_after in sql.attempts(
+            self._store.connections, experiment
+        ):
+            if trial_id in skip or trial_id in refold:
+                continue
+            try:
+                data = json.loads(payload)
+                if type(data) is not dict or status_after is None:
+                    raise EventDecodeError("not as recorded")
+                event = decode_event(type_name, version, data)
+            except (EventDecodeError, TypeError, ValueError):
+                refold.add(trial_id)
+                continue
+            yield trial_id, seq, event, status_after == Status.RESTORING.value
+
+    def _with_folded(
+        self, experiment: str, refold: set[str]
+    ) -> Iterator[tuple[str, int, Event, bool]]:
+        yield from self._attempts(experiment, set(), refold)
+        for trial_id, rows in sql.whole_trials(self._store.connections, experiment, refold):
             replay = fold_stored(trial_id, rows)
             if replay.halted_at is not None:
                 self._on_halt(replay.halted_at, replay.halt_reason or "")
-            pairs.extend((trial_id, step.stored.event) for step in replay.steps)
-        return tally_nodes(pairs)
+            yield from ((trial_id, step.stored.seq, step.stored.event,
+                         step.record.status_after is Status.RESTORING)
+                        for step in replay.steps)
 
     # ------------------------------------------------------------ live updates
 
@@ -160,9 +244,7 @@ class ReadModel:
         missed, a trial may come twice)."""
         newest = self.position(experiment)
         changed = sql.trials_after(self._store.connections, experiment, position)
-        trials = sql.trial_summaries(
-            self._store.connections, experiment, self._fold_tail, trial_ids=changed
-        ) if changed else []
+        trials = self._summaries(experiment, changed) if changed else []
         return Changes(tuple(trials), max(newest, position))
 
 
@@ -177,8 +259,7 @@ def _statuses(status: str | Collection[str] | None) -> frozenset[str] | None:
     return upper
 
 
-def _on_node(trial: TrialSummary, node: str) -> bool:
-    where = trial.last_failure_node
+def _on_node(where: NodeRef | None, node: str) -> bool:
     if where is None:
         return False
     return bool((where.node_id and where.node_id.startswith(node))
@@ -188,8 +269,8 @@ def _on_node(trial: TrialSummary, node: str) -> bool:
 _STATUS_ORDER = {s: i for i, s in enumerate(STATUSES)}
 
 
-def _sort_key(sort: str) -> Callable[[TrialSummary], tuple[object, ...]]:
-    def key(t: TrialSummary) -> tuple[object, ...]:
+def _sort_key(sort: str) -> Callable[[sql.Light], tuple[object, ...]]:
+    def key(t: sql.Light) -> tuple[object, ...]:
         first = t.first_position
         if sort == "first_event":
             return (first,)
@@ -198,10 +279,10 @@ def _sort_key(sort: str) -> Callable[[TrialSummary], tuple[object, ...]]:
         if sort == "status":
             return (_STATUS_ORDER.get(t.status, 99), first)
         if sort == "failures":
-            return (t.num_failures, first)
+            return (t.failures, first)
         if sort == "restore_failures":
             return (t.total_restore_failures, first)
         if sort == "preemptions":
-            return (t.num_preemptions, first)
+            return (t.preemptions, first)
         return (t.seq, first)
     return key

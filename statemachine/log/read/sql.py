@@ -1,74 +1,182 @@
-"""The read model's SQL: per-trial index facts, usable snapshot rows, tails, positions.
+"""The read model's SQL: each trial's summary from its snapshot row, counts by status.
+
+A trial's snapshot row answers for it when it is *fresh*: written by this machine's revision
+(:func:`~statemachine.log.snapshot.machine_version`) at the trial's last event, with its
+summary columns (revision 0004) filled in. Freshness is read from the ``(experiment, trial,
+seq)`` index of the events (each trial's last seq) joined to the snapshots by their key; the
+summary columns then filter (``WHERE status IN``) and count (``GROUP BY status``) without
+decoding a state. A trial whose row is not fresh (no snapshot, an older revision, events
+after it, a state that did not decode) is folded from its snapshot, or its start, through
+the events after it: the slower way, proportional to what is missing.
 
 Each function runs in one read transaction of the store's pooled connections (a consistent
-view that never blocks the writer). What to do with the rows (fold, filter, order) is
-:mod:`statemachine.log.read.model`.
+view that never blocks the writer).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, Select, and_, case, func, or_, select, text
 
 from statemachine.domain.state import TrialState
 from statemachine.exceptions import EventDecodeError
 from statemachine.log.bulk import collector_paused
 from statemachine.log.engine import chunks
 from statemachine.log.mapper import EVENT_COLUMNS, stored_event
-from statemachine.log.read.summary import TrialSummary
-from statemachine.log.schema import events, snapshots
+from statemachine.log.records import ExperimentInfo, utc
+from statemachine.log.schema import ATTEMPTS_WHERE, events, experiments, snapshots
 from statemachine.log.snapshot import decode_state, machine_version
 
 if TYPE_CHECKING:
     from statemachine.log.connections import Connections
     from statemachine.log.records import StoredEvent
-    from statemachine.log.store import EventStore
 
 #: Folds a trial's rows after a state (``None``: from its start) into its current state.
 FoldTail = Callable[[str, "TrialState | None", Iterable["StoredEvent"]], TrialState]
 
 
-def trial_index(
-    conn: Connection, experiment_id: int, trial_ids: Collection[str] | None = None
-) -> dict[str, tuple[int, int]]:
-    """Per trial ``(last seq, position of its first event)``, from the events' indexes."""
-    query = (
-        select(events.c.trial_id, func.max(events.c.seq), func.min(events.c.position))
-        .where(events.c.experiment_id == experiment_id)
-        .group_by(events.c.trial_id)
-    )
+@dataclass(frozen=True, slots=True)
+class Light:
+    """What a listing filters and orders by, known without decoding the trial's state."""
+
+    trial_id: str
+    first_position: int
+    seq: int
+    status: str
+    failures: int
+    total_restore_failures: int
+    preemptions: int
+    error_type: str | None
+
+    @classmethod
+    def of(cls, state: TrialState, first_position: int) -> Light:
+        """The light row of a folded state."""
+        error = state.last_error
+        return cls(state.trial_id, first_position, state.seq, state.status.value,
+                   state.failures, state.total_restore_failures, state.preemptions,
+                   error.kind if error is not None else None)
+
+
+def _per_trial(experiment_id: int, first: bool) -> Select[Any]:
+    """Each trial's last seq (and the position of its first event), from the index."""
+    columns = [events.c.trial_id, func.max(events.c.seq).label("last_seq")]
+    if first:
+        columns.append(func.min(events.c.position).label("first_position"))
+    return select(*columns).where(events.c.experiment_id == experiment_id)
+
+
+def light_rows(
+    db: Connections,
+    experiment: str,
+    fold_tail: FoldTail,
+    *,
+    statuses: Collection[str] | None = None,
+    trial_ids: Collection[str] | None = None,
+) -> tuple[list[Light], dict[str, TrialState]]:
+    """Every trial's (or ``trial_ids``') light row, in no particular order, and the states
+    that had to be decoded or folded on the way (the others' come from :func:`states`).
+
+    ``statuses``: only trials in these statuses are needed; fresh rows in other statuses
+    are left out by the database (a row that is not fresh is always returned, since its
+    status is known only after its fold).
+    """
+    tag = machine_version()
+    with db.transaction("reading the trials' states") as conn:
+        experiment_id = db.experiment_id(conn, experiment)
+        rows: list[Any] = []
+        for where in _trial_filters(trial_ids):
+            last = _per_trial(experiment_id, True).where(*where)
+            last_q = last.group_by(events.c.trial_id).subquery("last")
+            snap = snapshots
+            query = select(
+                last_q.c.trial_id, last_q.c.last_seq, last_q.c.first_position, snap.c.seq,
+                snap.c.status, snap.c.failures, snap.c.total_restore_failures,
+                snap.c.preemptions, snap.c.error_type,
+            ).select_from(last_q.outerjoin(snap, and_(
+                snap.c.experiment_id == experiment_id, snap.c.trial_id == last_q.c.trial_id,
+                snap.c.machine_version == tag,
+            )))  # fmt: skip
+            if statuses is not None:
+                query = query.where(or_(
+                    snap.c.seq.is_(None), snap.c.seq != last_q.c.last_seq,
+                    snap.c.status.is_(None), snap.c.status.in_(sorted(statuses)),
+                ))  # fmt: skip
+            rows.extend(conn.execute(query))
+        lights: list[Light] = []
+        first: dict[str, int] = {}
+        behind: dict[str, int] = {}
+        decode: list[str] = []
+        for trial_id, last_seq, first_position, seq, status, *counts in rows:
+            first[trial_id] = first_position
+            if seq is None or seq > last_seq:
+                behind[trial_id] = 0  # no usable snapshot (or one ahead of the events)
+            elif seq < last_seq:
+                behind[trial_id] = seq
+            elif status is None:
+                decode.append(trial_id)
+            else:
+                lights.append(Light(trial_id, first_position, seq, status, *counts))
+        states = _decoded_states(conn, experiment_id, [*decode, *(t for t, s in behind.items()
+                                                                   if s > 0)])
+        folded: dict[str, TrialState] = {}
+        for trial_id in decode:
+            if trial_id in states:
+                folded[trial_id] = states[trial_id]
+            else:
+                behind[trial_id] = 0  # its state does not decode: fold it from the start
+        base = {t: states.get(t) for t in behind}
+        after = {t: (s if base[t] is not None else 0) for t, s in behind.items()}
+        with collector_paused():
+            for trial_id, tail in _tails(conn, experiment_id, experiment, after):
+                folded[trial_id] = fold_tail(trial_id, base[trial_id], tail)
+    lights.extend(Light.of(state, first[t]) for t, state in folded.items())
+    return lights, folded
+
+
+def _trial_filters(trial_ids: Collection[str] | None) -> Iterator[tuple[Any, ...]]:
     if trial_ids is None:
-        return {t: (last, first) for t, last, first in conn.execute(query)}
-    found: dict[str, tuple[int, int]] = {}
+        yield ()
+        return
     for chunk in chunks(sorted(set(trial_ids))):
-        found.update((t, (last, first)) for t, last, first
-                     in conn.execute(query.where(events.c.trial_id.in_(chunk))))
-    return found
+        yield (events.c.trial_id.in_(chunk),)
 
 
-def snapshot_rows(
-    conn: Connection, experiment_id: int, trial_ids: Collection[str] | None = None
-) -> dict[str, tuple[int, str]]:
-    """The usable snapshot rows (this machine's revision): trial -> ``(seq, state text)``."""
-    query = select(snapshots.c.trial_id, snapshots.c.seq, snapshots.c.state).where(
+def states(db: Connections, experiment: str, trial_ids: Collection[str]) -> dict[str, TrialState]:
+    """The decoded snapshot states of ``trial_ids`` (fresh rows, as :func:`light_rows`
+    found them)."""
+    with db.transaction("reading the trials' states") as conn:
+        return _decoded_states(conn, db.experiment_id(conn, experiment), trial_ids)
+
+
+def _decoded_states(
+    conn: Connection, experiment_id: int, trial_ids: Collection[str]
+) -> dict[str, TrialState]:
+    found: dict[str, TrialState] = {}
+    if not trial_ids:
+        return found
+    query = select(snapshots.c.trial_id, snapshots.c.state).where(
         snapshots.c.experiment_id == experiment_id,
         snapshots.c.machine_version == machine_version(),
     )
-    if trial_ids is None:
-        return {t: (seq, text) for t, seq, text in conn.execute(query)}
-    found: dict[str, tuple[int, str]] = {}
-    for chunk in chunks(sorted(set(trial_ids))):
-        found.update((t, (seq, text)) for t, seq, text
-                     in conn.execute(query.where(snapshots.c.trial_id.in_(chunk))))
+    with collector_paused():
+        for chunk in chunks(sorted(set(trial_ids))):
+            for trial_id, text in conn.execute(query.where(snapshots.c.trial_id.in_(chunk))):
+                try:
+                    found[trial_id] = decode_state(text, trial_id)
+                except EventDecodeError:
+                    pass  # a snapshot is a cache: the trial is folded from its events
     return found
 
 
-def tails(
+def _tails(
     conn: Connection, experiment_id: int, experiment: str, after: dict[str, int]
 ) -> Iterator[tuple[str, list[StoredEvent]]]:
-    """Each trial of ``after`` with its events past ``after[trial]``, trial by trial."""
+    """Each trial of ``after`` with its events past ``after[trial]``, trial by trial (read
+    500 trials at a time: memory stays bounded by those trials' tails)."""
     for chunk in chunks(sorted(after), 500):
         low = min(after[t] for t in chunk)
         rows = conn.execute(
@@ -91,84 +199,113 @@ def tails(
             yield current, batch
 
 
-def trial_summaries(
-    db: Connections,
-    experiment: str,
-    fold_tail: FoldTail,
-    *,
-    statuses: Collection[str] | None = None,
-    trial_ids: Collection[str] | None = None,
-) -> list[TrialSummary]:
-    """The current summary of every trial (or of ``trial_ids``), in order of first event.
+def status_counts(
+    db: Connections, experiment_id: int | None = None
+) -> tuple[dict[int, dict[str, int]], dict[int, tuple[int, int]], set[int]]:
+    """Fresh snapshot rows counted per experiment and status, in one grouped query.
 
-    A trial whose usable snapshot is at its last event is read from the snapshot alone; one
-    behind (or without a usable snapshot) is folded from its snapshot (or start) through
-    the events after it. ``statuses``: a hint that only these statuses are wanted (the
-    caller still filters).
+    Returns the counts, each experiment's ``(trials, events)``, and the experiments with
+    trials whose row is not fresh (their counts are incomplete: :func:`light_rows` folds
+    them).
     """
-    del statuses  # the summary columns (not yet) let SQL skip the others
-    with db.transaction("reading the trials' states") as conn:
-        experiment_id = db.experiment_id(conn, experiment)
-        index = trial_index(conn, experiment_id, trial_ids)
-        snaps = snapshot_rows(conn, experiment_id, trial_ids)
-        states: dict[str, TrialState] = {}
-        behind: dict[str, int] = {}
-        base: dict[str, TrialState] = {}
-        with collector_paused():
-            for trial_id, (last, _first) in index.items():
-                snap = snaps.get(trial_id)
-                state = _decoded(snap[1], trial_id) if snap is not None else None
-                if state is not None and snap is not None and snap[0] == last:
-                    states[trial_id] = state
-                    continue
-                if state is not None and snap is not None and snap[0] < last:
-                    base[trial_id] = state
-                    behind[trial_id] = snap[0]
-                else:
-                    behind[trial_id] = 0
-            for trial_id, rows in tails(conn, experiment_id, experiment, behind):
-                states[trial_id] = fold_tail(trial_id, base.get(trial_id), rows)
-    order = sorted(states, key=lambda t: index[t][1])
-    return [TrialSummary.of(experiment, states[t], index[t][1]) for t in order]
+    tag = machine_version()
+    per_trial = select(
+        events.c.experiment_id, events.c.trial_id,
+        func.max(events.c.seq).label("last_seq"), func.count().label("events"),
+    )  # fmt: skip
+    if experiment_id is not None:
+        per_trial = per_trial.where(events.c.experiment_id == experiment_id)
+    last = per_trial.group_by(events.c.experiment_id, events.c.trial_id).subquery("last")
+    snap = snapshots
+    fresh = case(
+        (and_(snap.c.seq == last.c.last_seq, snap.c.status.is_not(None)), snap.c.status),
+        else_=None,
+    ).label("status")
+    query = (
+        select(last.c.experiment_id, fresh, func.count(), func.sum(last.c.events))
+        .select_from(last.outerjoin(snap, and_(
+            snap.c.experiment_id == last.c.experiment_id,
+            snap.c.trial_id == last.c.trial_id, snap.c.machine_version == tag,
+        )))
+        .group_by(last.c.experiment_id, fresh)
+    )
+    counts: dict[int, dict[str, int]] = {}
+    sizes: dict[int, tuple[int, int]] = {}
+    incomplete: set[int] = set()
+    with db.transaction("counting trials per status") as conn:
+        for exp_id, status, trials, total in conn.execute(query):
+            before = sizes.get(exp_id, (0, 0))
+            sizes[exp_id] = (before[0] + trials, before[1] + int(total))
+            if status is None:
+                incomplete.add(exp_id)
+            else:
+                counts.setdefault(exp_id, {})[status] = trials
+    return counts, sizes, incomplete
 
 
-def _decoded(text: str, trial_id: str) -> TrialState | None:
-    try:
-        return decode_state(text, trial_id)
-    except EventDecodeError:
-        return None  # a snapshot is a cache: the trial is folded from its events
-
-
-def status_counts(db: Connections, experiment: str) -> dict[str, int]:
-    """The experiment's trials per status (statuses with none left out)."""
-    counts: dict[str, int] = {}
-    for t in trial_summaries(db, experiment, _fold_quietly):
-        counts[t.status] = counts.get(t.status, 0) + 1
-    return counts
-
-
-def status_counts_all(db: Connections) -> dict[str, dict[str, int]]:
-    """Every experiment's trials per status, by experiment name."""
+def experiment_rows(db: Connections) -> list[tuple[int, ExperimentInfo]]:
+    """Every experiment (by name) with its id; ``trials``/``events`` left 0 (counted by
+    :func:`status_counts`), its last event's time read through the position index."""
+    inner = events.alias("newest")
+    newest = (
+        select(func.max(inner.c.position))
+        .where(inner.c.experiment_id == experiments.c.id)
+        .correlate(experiments)
+        .scalar_subquery()
+    )
+    last_time = (
+        select(events.c.recorded_at).where(events.c.position == newest).correlate(experiments)
+    )
+    query = select(
+        experiments.c.id, experiments.c.name, experiments.c.storage_path,
+        experiments.c.created_at, experiments.c.epoch, last_time.scalar_subquery(),
+    ).order_by(experiments.c.name)  # fmt: skip
     with db.transaction("listing experiments") as conn:
-        from statemachine.log.schema import experiments
-
-        names = list(conn.execute(select(experiments.c.name)).scalars())
-    return {name: status_counts(db, name) for name in names}
-
-
-def _fold_quietly(trial_id: str, state: TrialState | None,
-                  rows: Iterable[StoredEvent]) -> TrialState:
-    from statemachine.log.replay import fold_stored
-
-    return fold_stored(trial_id, rows, state=state, keep_steps=False).state
+        rows = conn.execute(query).all()
+    return [
+        (exp_id, ExperimentInfo(name, path, utc(created), epoch, 0, 0,
+                                utc(last) if isinstance(last, datetime) else None))
+        for exp_id, name, path, created, epoch, last in rows
+    ]
 
 
-def attempt_rows(store: EventStore, experiment: str) -> dict[str, list[StoredEvent]]:
-    """Every trial's rows, in seq order (what a per-node tally folds)."""
-    grouped: dict[str, list[StoredEvent]] = {}
-    for row in store.read_experiment(experiment):
-        grouped.setdefault(row.trial_id, []).append(row)
-    return grouped
+def attempts(
+    db: Connections, experiment: str
+) -> Iterator[tuple[int, str, int, str, int, str, str | None]]:
+    """The experiment's starts and failures in log order, from their partial index:
+    ``(position, trial_id, seq, type_name, version, payload, status_after)``, read in pages
+    of 20,000 (memory stays bounded)."""
+    with db.transaction("reading the nodes' attempts") as conn:
+        experiment_id = db.experiment_id(conn, experiment)
+    query = (
+        select(events.c.position, events.c.trial_id, events.c.seq, events.c.type_name,
+               events.c.version, events.c.payload, events.c.status_after)
+        # The partial index's own predicate, as literal text: SQLite uses a partial index
+        # only for a WHERE that names its terms (not bound parameters).
+        .where(events.c.experiment_id == experiment_id, text(ATTEMPTS_WHERE))
+        .order_by(events.c.position)
+        .limit(_PAGE)
+    )
+    after = 0
+    while True:
+        with db.transaction("reading the nodes' attempts") as conn:
+            rows = conn.execute(query.where(events.c.position > after)).all()
+        yield from rows
+        if len(rows) < _PAGE:
+            return
+        after = rows[-1][0]
+
+
+def whole_trials(
+    db: Connections, experiment: str, trial_ids: Collection[str]
+) -> Iterator[tuple[str, list[StoredEvent]]]:
+    """Every event of ``trial_ids``, trial by trial, 500 trials at a time."""
+    with db.transaction("reading trials") as conn:
+        experiment_id = db.experiment_id(conn, experiment)
+        yield from _tails(conn, experiment_id, experiment, dict.fromkeys(trial_ids, 0))
+
+
+_PAGE = 20_000
 
 
 def last_position(db: Connections, experiment: str) -> int:
