@@ -25,6 +25,8 @@ from statemachine.domain.events import (
     NodesAvoided,
     PolicySet,
     RestoreSucceeded,
+    ResumeAdvanced,
+    ResumeNotAdvanced,
     TrialAdded,
     TrialCompleted,
     TrialFailed,
@@ -315,6 +317,23 @@ def _learned(f: Folded, event: DeathCauseLearned) -> str:
             f"died: {event.death.describe()}. That failure stays decided as it was.")
 
 
+def _advanced(f: Folded, event: ResumeAdvanced) -> str:
+    saved = event.iterations_saved
+    older = (f"Ray's saved state was {saved} iteration{'s' if saved != 1 else ''} older"
+             if saved is not None else "Ray's saved state was older than the event log")
+    if event.finished:
+        return (f"{older} and had the trial unfinished; the log saw it end {event.finished}: "
+                f"kept {event.finished} with {_checkpoint(event.to_checkpoint)}, not run "
+                "again.")
+    return (f"{older}; resumed from {_checkpoint(event.to_checkpoint)} (Ray would have "
+            f"restored {_checkpoint(event.from_checkpoint)}).")
+
+
+def _not_advanced(f: Folded, event: ResumeNotAdvanced) -> str:
+    return (f"Resumed from Ray's saved state although the log recorded "
+            f"{_checkpoint(event.checkpoint)}: {event.reason}; that work is redone.")
+
+
 def _first_result(f: Folded, event: FirstResult) -> str:
     at = f" (iteration {event.iteration})" if event.iteration is not None else ""
     if f.before.unconfirmed_restore is not None:
@@ -387,6 +406,8 @@ _WORDS: dict[type[Event], Callable[[Folded, Any], str]] = {
     TrialRecreated: _recreated,
     TrialFailed: _failed,
     DeathCauseLearned: _learned,
+    ResumeAdvanced: _advanced,
+    ResumeNotAdvanced: _not_advanced,
 }
 
 

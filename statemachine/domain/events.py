@@ -92,11 +92,18 @@ class RestoreSucceeded(Event):
 
 @dataclass(frozen=True)
 class CheckpointSaved(Event):
-    """The trial saved a checkpoint (``checkpoint`` is its path or id)."""
+    """The trial saved a checkpoint (``checkpoint`` is its path or id).
+
+    ``iteration`` (version 2) is the ``training_iteration`` of the result it was saved with
+    (``None``: not known): what a resume from this checkpoint continues at (issue 27).
+    """
 
     type_name = "CheckpointSaved"
+    version = 2
     trigger = "checkpoint"
+    since = {"iteration": 2}
     checkpoint: str = ""
+    iteration: int | None = None
 
 
 @dataclass(frozen=True)
@@ -316,6 +323,39 @@ class DeathCauseLearned(Event):
     source: str = ""
 
 
+@dataclass(frozen=True)
+class ResumeAdvanced(Event):
+    """After a driver crash, the trial resumed from what the log knew, not from Ray's older
+    saved state: Ray's state would have restored it from ``from_checkpoint`` (``None``: from
+    scratch); it resumed from ``to_checkpoint`` instead, ``iterations_saved`` training
+    iterations later. ``finished`` names the end (``TERMINATED``, ``ERROR``) the log had seen
+    and Ray's state missed: the trial is not run again (``None``: it resumes training).
+
+    It changes nothing in the fold: the log already holds that checkpoint and that end; the
+    event records what Ray was told, so ``explain`` can say it.
+    """
+
+    type_name = "ResumeAdvanced"
+    trigger = "advance_resume"
+    from_checkpoint: str | None = None
+    to_checkpoint: str | None = None
+    iterations_saved: int | None = None
+    finished: str | None = None
+
+
+@dataclass(frozen=True)
+class ResumeNotAdvanced(Event):
+    """After a driver crash, the trial resumed from Ray's saved state although the log knew
+    newer work (``checkpoint``: the newest checkpoint the log recorded), and ``reason`` says
+    why (its folder missing or torn, the log not holding the trial's history, the user
+    turned it off). Changes nothing in the fold."""
+
+    type_name = "ResumeNotAdvanced"
+    trigger = "keep_resume"
+    checkpoint: str | None = None
+    reason: str = ""
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type_name: cls
     for cls in (
@@ -338,6 +378,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ExperimentRenamed,
         FirstResult,
         DeathCauseLearned,
+        ResumeAdvanced,
+        ResumeNotAdvanced,
     )
 }
 

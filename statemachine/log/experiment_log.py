@@ -164,6 +164,11 @@ class ExperimentLog:
         with self._lock:
             return {trial_id: state.copy() for trial_id, state in self._states.items()}
 
+    def events(self, trial_id: str) -> list[Event]:
+        """The trial's recorded events, oldest first (read from the store)."""
+        with self._lock:
+            return [stored.event for stored in self.store.read_trial(self.experiment, trial_id)]
+
     def preview(self, trial_id: str, event: Event) -> TransitionRecord:
         """What recording ``event`` would do (the decision), without writing or changing it."""
         return self._fold(trial_id, event, None, {}, [], {})

@@ -54,7 +54,8 @@ def align_restored_trials(trials: list[Any], tracker: TrialTracker, experiment: 
         ray_failures = ray_trial.num_failures(trial)
         current = ray_trial.current_checkpoint(trial)
         plan = reconcile(state, ray_trial.status(trial), ray_failures, current, known=known,
-                         ray_fresh=ray_trial.never_ran(trial))
+                         ray_fresh=ray_trial.never_ran(trial) and not restored_by_ray(
+                             trial, tracker))
         if plan.event is not None:
             tracker.record(trial, plan.event)
         if plan.adopted is not None:
@@ -81,6 +82,28 @@ def align_restored_trials(trials: list[Any], tracker: TrialTracker, experiment: 
             ray_trial.set_restore_failures(trial, plan.restore_failures)
         if avoidance is not None:
             avoidance.restore_placement(trial)
+
+
+#: What Ray writes into a trial's folder once the trial has started (``params.json`` at its
+#: start, ``result.json`` with its results, ``error.txt`` at a failure, its checkpoints).
+_RAN_MARKERS = ("params.json", "result.json", "error.txt", "progress.csv")
+
+
+def restored_by_ray(trial: Any, tracker: TrialTracker) -> bool:
+    """Whether Ray's trial is the one it restored from its saved experiment state (seen by
+    the requeue hook, :mod:`.ray_surface.requeue`) or its folder shows it ran: the same trial
+    as before the restart, even where Ray's state is older than its first failure (PENDING,
+    no result, no failure), not a new trial behind a reused id."""
+    return ray_trial.trial_id(trial) in tracker.from_ray_state or left_traces(trial)
+
+
+def left_traces(trial: Any) -> bool:
+    """Whether Ray's trial folder shows the trial ran, whatever Ray's saved state says: a
+    trial restored from a snapshot older than its first failure looks new to Ray (PENDING,
+    no result, no failure) but keeps its folder; a new trial behind a reused id gets a new
+    folder (Ray never reuses an existing trial folder's name)."""
+    return any(name in _RAN_MARKERS or name.startswith("checkpoint_")
+               for name in ray_trial.trial_folder_names(trial))
 
 
 def _record_rename(trials: list[Any], tracker: TrialTracker, experiment: str,

@@ -19,11 +19,9 @@ read or write of Ray's objects (:mod:`.ray_surface`).
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from ray.tune import Callback
 
@@ -43,34 +41,33 @@ from statemachine.tune import errorfile, seam, secret_url
 from statemachine.tune.after_restore import align_restored_trials
 from statemachine.tune.attempts import Attempts
 from statemachine.tune.avoidance import NodeAvoidance
-from statemachine.tune.callback_arguments import check_busy_timeout, check_policy, checked_url
+from statemachine.tune.callback_arguments import (
+    check_busy_timeout,
+    check_flag,
+    check_policy,
+    checked_url,
+)
 from statemachine.tune.compat import check_ray
+from statemachine.tune.hook_guard import never_raises as _never_raises
+from statemachine.tune.hook_guard import tune_trials as _trials
 from statemachine.tune.log_session import LogSession
 from statemachine.tune.ray_surface import checkpoint_manager as ray_checkpoints
+from statemachine.tune.ray_surface import requeue
 from statemachine.tune.ray_surface import trials as ray_trial
 from statemachine.tune.recorder import Recorder
+from statemachine.tune.resume_from_log import advance
 from statemachine.tune.status_changes import StatusChanges
 from statemachine.tune.steering import Steering
 from statemachine.tune.tracking import TrialTracker
 
 logger = logging.getLogger(__name__)
 
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def _never_raises(method: _F) -> _F:
-    """Report any exception of a hook instead of letting it abort the Tune run."""
-
-    @functools.wraps(method)
-    def guarded(self: EventLogCallback, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except Exception:  # an escaping exception aborts the whole run
-            self.hook_errors += 1
-            logger.exception("statemachine: %s failed; the run continues", method.__name__)
-            return None
-
-    return guarded  # type: ignore[return-value]
+def _before_requeue(callbacks: list[Any], trials: list[Any]) -> None:
+    """Ray's requeue hook (:mod:`.ray_surface.requeue`): every event log callback of the
+    controller sees the restored trials first."""
+    for callback in callbacks:
+        if isinstance(callback, EventLogCallback):
+            callback.restored(trials)
 
 
 class EventLogCallback(Callback):
@@ -86,6 +83,9 @@ class EventLogCallback(Callback):
         busy_timeout_ms: how long one write waits for another process's SQLite write lock
             before it counts as failed (and is retried later). Default: the log's own
             (10 s); lower it so a locked log never holds up Tune's loop that long.
+        resume_from_log: after a driver crash, ``Tuner.restore`` resumes each trial whose
+            whole history the log holds from what the log knows (an end, a newer checkpoint)
+            instead of Ray's older saved state (default ``True``; see docs/tune.md).
 
     Raises:
         ConfigurationError: an argument that can never work (a database other than SQLite
@@ -99,15 +99,17 @@ class EventLogCallback(Callback):
 
     def __init__(self, url: str | os.PathLike[str] | None = None,
                  policy: RetryPolicy | None = None, *,
-                 busy_timeout_ms: int | None = None) -> None:
+                 busy_timeout_ms: int | None = None, resume_from_log: bool = True) -> None:
         check_ray()
         # Here, not at the first trial: an argument that can never work must stop the
         # script before Ray starts, not leave a run going on unrecorded.
         check_policy(policy)
         check_busy_timeout(busy_timeout_ms)
+        check_flag("resume_from_log", resume_from_log)
         self.url = checked_url(url)
         self.policy = policy
         self.busy_timeout_ms = busy_timeout_ms
+        self.resume_from_log = resume_from_log
         self._reset_runtime()
 
     # ------------------------------------------------------------------ pickling
@@ -130,17 +132,22 @@ class EventLogCallback(Callback):
         # on_experiment_end ran: the next run starts a new driver session, as setup() does
         # for a Tuner (a TuneController built directly never calls setup())
         self._finished = False
+        # the log was opened for Ray's requeue of restored trials, before setup()
+        self._opened_for_requeue = False
+        requeue.install(_before_requeue)  # before Tuner.restore's controller resumes
 
     def __getstate__(self) -> dict[str, Any]:
         # Never a password in the experiment state (tuner.pkl goes to shared storage): the
         # URL is saved without it and finds it again in the environment (secret_url).
         return {**secret_url.saved(self.url), "policy": self.policy,
-                "busy_timeout_ms": self.busy_timeout_ms}
+                "busy_timeout_ms": self.busy_timeout_ms,
+                "resume_from_log": self.resume_from_log}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.url = secret_url.restored(state)
         self.policy = state["policy"]
         self.busy_timeout_ms = state.get("busy_timeout_ms")
+        self.resume_from_log = state.get("resume_from_log", True)
         self._reset_runtime()
 
     # ------------------------------------------------------------------ counts
@@ -287,15 +294,30 @@ class EventLogCallback(Callback):
     def setup(self, stop: Any = None, num_samples: Any = None,
               total_num_samples: Any = None, **info: Any) -> None:
         """Install the error seam and listen to this run's trials."""
-        if self._session is not None:
+        if self._session is not None and not self._opened_for_requeue:
             self._session.recorder.close()
             self._session.close_sync()
             self._reset_runtime()
+        self._opened_for_requeue = False
         self._listen()
 
     @_never_raises
-    def on_step_begin(self, iteration: int, trials: list[Any], **info: Any) -> None:
+    def restored(self, trials: list[Any]) -> None:
+        """Ray restored ``trials`` from its saved state and is about to requeue them: write
+        what the log knows into them (:mod:`statemachine.tune.resume_from_log`)."""
+        if self._session is not None or not trials:
+            return
+        self._session_kind = "restore"
+        self._ensure_log(trials[0], trials)
+        self._opened_for_requeue = True
+        self._tracker.from_ray_state.update(ray_trial.trial_id(t) for t in trials)
+        advance(trials, self._tracker, enabled=self.resume_from_log)
+
+    @_never_raises
+    def on_step_begin(self, iteration: int | None = None, trials: list[Any] | None = None,
+                      **info: Any) -> None:
         """On the driver's first step, reconcile restored trials; track new ones."""
+        trials = _trials(trials)
         if self._finished:
             self._reset_runtime()
         if not self._tracker.reconciled:
@@ -313,7 +335,8 @@ class EventLogCallback(Callback):
             self._avoidance.check(trials)
 
     @_never_raises
-    def on_step_end(self, iteration: int, trials: list[Any], **info: Any) -> None:
+    def on_step_end(self, iteration: int | None = None, trials: list[Any] | None = None,
+                    **info: Any) -> None:
         """Settle pending stops, forget unused recover answers, retry queued writes."""
         self._status_changes.settle()
         self._steering.forget_answers()
@@ -322,9 +345,11 @@ class EventLogCallback(Callback):
             self._recorder.flush()
 
     @_never_raises
-    def on_trial_start(self, iteration: int, trials: list[Any], trial: Any,
-                       **info: Any) -> None:
+    def on_trial_start(self, iteration: int | None = None, trials: list[Any] | None = None,
+                       trial: Any = None, **info: Any) -> None:
         """An actor started for the trial; it restores when Ray has a checkpoint for it."""
+        if trial is None:
+            return
         self._status_changes.started(trial)
         node = self._attempts.started(trial)
         if self._avoidance is not None:
@@ -333,40 +358,52 @@ class EventLogCallback(Callback):
                                          node=node))
 
     @_never_raises
-    def on_trial_recover(self, iteration: int, trials: list[Any], trial: Any,
-                         **info: Any) -> None:
+    def on_trial_recover(self, iteration: int | None = None, trials: list[Any] | None = None,
+                         trial: Any = None, **info: Any) -> None:
         """Ray retries the trial after a failure (recorded by the seam)."""
+        if trial is None:
+            return
         self._attempts.failure_reported(trial)
 
     @_never_raises
-    def on_trial_error(self, iteration: int, trials: list[Any], trial: Any,
-                       **info: Any) -> None:
+    def on_trial_error(self, iteration: int | None = None, trials: list[Any] | None = None,
+                       trial: Any = None, **info: Any) -> None:
         """The trial failed for good (recorded by the seam)."""
+        if trial is None:
+            return
         self._attempts.failure_reported(trial)
 
     @_never_raises
-    def on_trial_result(self, iteration: int, trials: list[Any], trial: Any,
-                        result: dict[str, Any], **info: Any) -> None:
+    def on_trial_result(self, iteration: int | None = None, trials: list[Any] | None = None,
+                        trial: Any = None, result: dict[str, Any] | None = None,
+                        **info: Any) -> None:
         """The first result of each attempt is recorded (``FirstResult``); later ones not.
 
         It ends the stretch in which a failure can still be one of the user's restore
         (``restoring()``, ``RetryPolicy(restore_phase="until_first_report")``).
         """
+        if trial is None:
+            return
         first = self._attempts.first_result(trial, result)
         if first is not None:
             self._record(trial, first)
 
     @_never_raises
-    def on_checkpoint(self, iteration: int, trials: list[Any], trial: Any, checkpoint: Any,
-                      **info: Any) -> None:
+    def on_checkpoint(self, iteration: int | None = None, trials: list[Any] | None = None,
+                      trial: Any = None, checkpoint: Any = None, **info: Any) -> None:
         """The trial saved a checkpoint."""
+        if trial is None or checkpoint is None:
+            return
         self._record(trial, CheckpointSaved(
-            checkpoint=ray_checkpoints.checkpoint_path(checkpoint)))
+            checkpoint=ray_checkpoints.checkpoint_path(checkpoint),
+            iteration=ray_trial.last_iteration(trial)))
 
     @_never_raises
-    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any,
-                          **info: Any) -> None:
+    def on_trial_complete(self, iteration: int | None = None, trials: list[Any] | None = None,
+                          trial: Any = None, **info: Any) -> None:
         """The trial finished (RUNNING) or was stopped before it could (otherwise)."""
+        if trial is None:
+            return
         state = self._track(trial)
         if state is None or not state.status.is_live:
             return
@@ -376,8 +413,9 @@ class EventLogCallback(Callback):
             self._record(trial, TrialStopped(reason=f"stopped while {state.status.value}"))
 
     @_never_raises
-    def on_experiment_end(self, trials: list[Any], **info: Any) -> None:
+    def on_experiment_end(self, trials: list[Any] | None = None, **info: Any) -> None:
         """Write what is queued, report what could not be written, close the log."""
+        trials = _trials(trials)
         self._status_changes.settle()
         self._track_new(trials)
         if self._session is not None:  # the log ends with Ray's status of every trial

@@ -25,7 +25,8 @@ from statemachine.log.engine import to_url
 from statemachine.log.remote import is_storage_uri
 from statemachine.log_location import DEFAULT_LOG_FILENAME
 
-__all__ = ["MAX_BUSY_TIMEOUT_MS", "check_busy_timeout", "check_policy", "checked_url"]
+__all__ = ["MAX_BUSY_TIMEOUT_MS", "check_busy_timeout", "check_flag", "check_policy",
+           "checked_url"]
 
 #: The largest busy timeout SQLite takes (a C int of milliseconds: about 24.9 days).
 MAX_BUSY_TIMEOUT_MS = 2**31 - 1
@@ -94,3 +95,11 @@ def check_policy(policy: Any) -> None:
         raise ConfigurationError(
             f"EventLogCallback(policy={_shown(policy)}): give a statemachine.RetryPolicy "
             f"(for example RetryPolicy(max_failures=3)) or None, not {type(policy).__name__}")
+
+
+def check_flag(name: str, value: Any) -> None:
+    """A :class:`ConfigurationError` unless ``value`` is ``True`` or ``False``."""
+    if not isinstance(value, bool):
+        raise ConfigurationError(
+            f"EventLogCallback({name}={_shown(value)}): give True or False, not "
+            f"{type(value).__name__}")

@@ -135,6 +135,10 @@ def requeue_event(log_status: Status, ray_status: str) -> Event | None:
 #: The reason ``TrialStopped`` gives for a live trial Ray marked TERMINATED at the end.
 ENDED_WITH_EXPERIMENT = "the experiment ended"
 
+#: The reason ``TrialStopped`` gives for a live trial Ray left TERMINATED at the end of a step
+#: with no hook saying why (an experiment-wide stop, the cleanup of an aborted driver).
+STOPPED_BY_TUNE = "stopped by Tune"
+
 
 def end_event(log_status: Status, ray_status: str) -> Event | None:
     """At the end of an experiment: the event that brings the log to Ray's final status.

@@ -123,6 +123,12 @@ class Recorder:
         """The trial's folded state, including events not written yet."""
         return self.states.get(trial_id)
 
+    def events(self, trial_id: str) -> list[Event]:
+        """The trial's events in the log (``[]`` while the log is not open), then those not
+        written yet."""
+        written = self.log.events(trial_id) if self.log is not None else []
+        return written + [p.event for p in list(self._queue) if p.trial_id == trial_id]
+
     # ------------------------------------------------------------------ opening
 
     def open(self) -> bool:

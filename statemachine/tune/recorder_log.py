@@ -34,6 +34,9 @@ class WritableLog(Protocol):
     def states(self) -> Mapping[str, TrialState]:
         """Every trial's current state in the log."""
 
+    def events(self, trial_id: str) -> list[Event]:
+        """The trial's recorded events, oldest first."""
+
     def append_folded(self, items: Sequence[Prefolded]) -> object:
         """Append events the caller folded, in one transaction (all or none)."""
 

@@ -15,7 +15,13 @@ from typing import Any
 from statemachine.domain.events import TrialPaused, TrialReset, TrialResumed, TrialStopped
 from statemachine.domain.status import Status
 from statemachine.tune.ray_surface import trials as ray_trial
-from statemachine.tune.reconcile import RAY_PAUSED, RAY_PENDING, RAY_TERMINATED, end_event
+from statemachine.tune.reconcile import (
+    RAY_PAUSED,
+    RAY_PENDING,
+    RAY_TERMINATED,
+    STOPPED_BY_TUNE,
+    end_event,
+)
 from statemachine.tune.tracking import TrialTracker
 
 __all__ = ["StatusChanges"]
@@ -57,7 +63,7 @@ class StatusChanges:
             state = self._tracker.state(trial)
             if (ray_trial.status(trial) == RAY_TERMINATED and state is not None
                     and state.status.is_live):
-                self._tracker.record(trial, TrialStopped(reason="stopped by Tune"))
+                self._tracker.record(trial, TrialStopped(reason=STOPPED_BY_TUNE))
 
     def align_end(self, trials: list[Any]) -> None:
         """The experiment ended: bring every trial of the log to Ray's final status."""

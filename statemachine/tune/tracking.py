@@ -50,6 +50,9 @@ class TrialTracker:
         self.reconciled = False
         """The driver's first step has aligned the log with Ray's restored trials: from then
         on a new Ray trial behind an ended trial's id is a new incarnation."""
+        self.from_ray_state: set[str] = set()
+        """Ids of the trials Ray restored from its saved experiment state (``Tuner.restore``):
+        the same trials as before the restart, never new ones behind a reused id."""
         # the Ray Trial object recorded behind each id (a new object: maybe a new trial)
         self._objects: dict[str, int] = {}
         self._trials_seen = 0

@@ -25,6 +25,8 @@ from statemachine.domain.events import (
     NodesAvoided,
     PolicySet,
     RestoreSucceeded,
+    ResumeAdvanced,
+    ResumeNotAdvanced,
     TrialAdded,
     TrialCompleted,
     TrialFailed,
@@ -209,6 +211,11 @@ EVENT_STRATEGIES: dict[type[Event], st.SearchStrategy[Event]] = {
     FirstResult: st.builds(FirstResult, iteration=st.none() | st.integers(0, 10**6)),
     DeathCauseLearned: st.builds(DeathCauseLearned, failure_seq=st.integers(0, 30),
                                  death=deaths, source=st.sampled_from(["state_api", ""]) | text),
+    ResumeAdvanced: st.builds(
+        ResumeAdvanced, from_checkpoint=st.none() | text, to_checkpoint=st.none() | text,
+        iterations_saved=st.none() | st.integers(0, 10**6),
+        finished=st.sampled_from([None, "TERMINATED", "ERROR"])),
+    ResumeNotAdvanced: st.builds(ResumeNotAdvanced, checkpoint=st.none() | text, reason=text),
 }
 
 any_event: st.SearchStrategy[Event] = st.one_of(*EVENT_STRATEGIES.values())

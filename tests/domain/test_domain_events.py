@@ -93,7 +93,8 @@ def test_unregistered_event_type_cannot_be_encoded() -> None:
 
 BAD: list[tuple[str, Any, Any, str]] = [
     ("NoSuchEvent", 1, {}, "unknown event type 'NoSuchEvent'"),
-    ("CheckpointSaved", 2, {"checkpoint": "c"}, "version 2"),
+    ("CheckpointSaved", 3, {"checkpoint": "c"}, "version 3"),
+    ("CheckpointSaved", 1, {"checkpoint": "c", "iteration": 3}, "iteration"),
     ("CheckpointSaved", 0, {"checkpoint": "c"}, "version 0"),
     ("CheckpointSaved", "1", {"checkpoint": "c"}, "version '1'"),
     ("CheckpointSaved", 1, ["c"], "not a JSON object"),

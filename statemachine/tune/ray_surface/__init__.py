@@ -17,7 +17,8 @@ One module per job:
 - :mod:`.trial_methods`: the ``Trial`` methods wrapped in place (the error seam);
 - :mod:`.nodes`: the node of an actor, of a trial and of a failure;
 - :mod:`.deaths`: why an actor died, as Ray tells after the fact, and the preemption drill;
-- :mod:`.placement`: a trial's placement group factory and Tune's pending actor request.
+- :mod:`.placement`: a trial's placement group factory and Tune's pending actor request;
+- :mod:`.requeue`: the restored trials, before Ray requeues them after ``Tuner.restore``.
 
 Reads and writes on ``ray.tune.experiment.Trial`` (DeveloperAPI) and what it holds
 (:mod:`.trials`):
@@ -103,9 +104,27 @@ Why an actor died, after the fact (:mod:`.deaths`; the exception as raised is re
   (internal, not a public API; as Ray's ``python/ray/tests/test_draining.py``):
   ``drain_node``. Same.
 
-Where the next accesses go: writing what the log knows into a trial that ``Tuner.restore``
-brought back (its status, last result and checkpoint manager: issue 27) in :mod:`.trials` and
-:mod:`.checkpoint_manager`, applied by :mod:`statemachine.tune.after_restore`.
+
+What the log knows, written into a trial that ``Tuner.restore`` brought back (issue 27; applied
+by :mod:`statemachine.tune.resume_from_log`), all checked in the source of 2.40.0 and 2.60.0:
+
+- the moment to do it (:mod:`.requeue`): ``TuneController._requeue_restored_trials(trials,
+  resume_config)`` (private, wrapped once per process: the controller's restored trials go to
+  a hook before Ray requeues them) and ``controller._callbacks._callbacks`` (the
+  ``CallbackList``'s list, read): ``install``. Same.
+- the trial (:mod:`.trials`): ``trial.status`` (written, before the requeue, with
+  ``invalidate_json_state()``): ``set_restored_status``; ``run_metadata.last_result`` and
+  ``.last_result_time`` (written, ``invalidate_cache()``): ``set_last_result``;
+  ``run_metadata.error_filename``/``.pickled_error_filename`` (written; Ray reads them
+  relative to the trial's folder): ``set_error_files``; ``run_metadata.last_result`` (read):
+  ``last_result``, ``last_iteration``; the trial's folder on its storage filesystem
+  (``get_file_info``, ``open_input_stream``, read): ``trial_folder_names``,
+  ``read_trial_file``, ``folder_files``. Same.
+- the checkpoints (:mod:`.checkpoint_manager`): ``_CheckpointManager.register_checkpoint``
+  (called with a ``_TrainingResult(Checkpoint(path, filesystem), metrics)``, as
+  ``Trial.on_checkpoint`` does), ``trial.storage.current_checkpoint_index`` (written: the
+  next checkpoint's number follows the newest), ``latest_checkpoint_result.metrics`` (read):
+  ``advance_to``, ``checkpoint_metrics``. Same.
 
 Outside this package Ray is used only through public names: ``ray.tune.Callback`` (base of
 :class:`~statemachine.tune.EventLogCallback`), ``ray.__version__`` and the ``Tuner``'s

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from ray.train._internal.checkpoint_manager import _CheckpointManager
     from ray.tune.experiment import Trial
 
-__all__ = ["checkpoint_path", "checkpoint_paths", "forget_checkpoints", "restore_from"]
+__all__ = ["advance_to", "checkpoint_metrics", "checkpoint_path", "checkpoint_paths",
+           "forget_checkpoints", "restore_from"]
 
 
 def checkpoint_path(checkpoint: Any) -> str:
@@ -102,3 +103,38 @@ def _checkpoints_changed(trial: Trial) -> None:
     run_metadata.invalidate_cache()
     untyped: Any = trial
     untyped.invalidate_json_state()
+
+
+def checkpoint_metrics(trial: Trial) -> dict[str, Any]:
+    """The metrics Ray keeps with the checkpoint it would restore ``trial`` from (``{}``)."""
+    latest = trial.latest_checkpoint_result
+    return dict(latest.metrics or {}) if latest is not None else {}
+
+
+def advance_to(trial: Trial, newer: list[tuple[str, dict[str, Any]]]) -> None:
+    """Register ``newer`` checkpoints (path, the metrics reported with it; oldest first) in
+    Ray's bookkeeping of a restored trial, as ``Trial.on_checkpoint`` did for each in the
+    driver that crashed: the manager keeps, scores and deletes them by the run's
+    ``CheckpointConfig``, the last one is the one Ray restores, and the storage's checkpoint
+    index continues after it (``checkpoint_<index>``)."""
+    from ray.train import Checkpoint
+    from ray.train._internal.session import _TrainingResult
+
+    manager = _checkpoint_manager(trial)
+    for path, metrics in newer:
+        manager.register_checkpoint(_TrainingResult(
+            checkpoint=Checkpoint(path=path, filesystem=storage_filesystem(trial)),
+            metrics=dict(metrics)))
+    if newer:
+        index = _index(newer[-1][0])
+        storage: Any = trial.storage
+        if index is not None and storage is not None:
+            storage.current_checkpoint_index = max(int(storage.current_checkpoint_index),
+                                                   index)
+    _checkpoints_changed(trial)
+
+
+def _index(path: str) -> int | None:
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    digits = name.removeprefix("checkpoint_")
+    return int(digits) if digits != name and digits.isdigit() else None

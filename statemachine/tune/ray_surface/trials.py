@@ -21,15 +21,22 @@ __all__ = [
     "error_file",
     "experiment_name",
     "experiment_path",
+    "folder_files",
     "is_restoring",
     "last_iteration",
+    "last_result",
     "max_failures",
     "never_ran",
     "num_failures",
+    "read_trial_file",
+    "set_error_files",
+    "set_last_result",
     "set_num_failures",
     "set_restore_failures",
+    "set_restored_status",
     "status",
     "storage_filesystem",
+    "trial_folder_names",
     "trial_id",
     "trial_path",
 ]
@@ -109,6 +116,14 @@ def current_checkpoint(trial: Trial) -> str | None:
     return str(latest.checkpoint.path)
 
 
+def last_result(trial: Trial) -> dict[str, Any]:
+    """A copy of the trial's last result (``{}``: none)."""
+    try:
+        return dict(trial.run_metadata.last_result or {})
+    except Exception:  # a half-built trial has no run metadata
+        return {}
+
+
 def never_ran(trial: Trial) -> bool:
     """Whether Ray's trial is PENDING and never ran: no result (``run_metadata.last_result``),
     no failure and no checkpoint (a new trial, whatever its id)."""
@@ -122,7 +137,9 @@ def never_ran(trial: Trial) -> bool:
 
 def last_iteration(trial: Trial) -> int | None:
     """The ``training_iteration`` of the trial's last result (``run_metadata.last_result``):
-    0 when it has none yet, ``None`` when Ray's result does not say."""
+    0 when it has none yet, ``None`` when Ray's result does not say. When Tune reports a
+    checkpoint it is the iteration the checkpoint was saved at (Tune saves after it processed
+    that result, and trains on only after it processed the save)."""
     try:
         last = trial.run_metadata.last_result
     except Exception:
@@ -149,3 +166,71 @@ def set_num_failures(trial: Trial, count: int) -> None:
 def set_restore_failures(trial: Trial, count: int) -> None:
     """Put ``count`` into Ray's restore-failure counter (``TUNE_RESTORE_RETRY_NUM``'s)."""
     trial.temporary_state.num_restore_failures = count
+
+
+# ---------------------------------------------------------------------- a restored trial
+
+# Written only between Ray's restore of the experiment state and its requeue of the trials
+# (``ray_surface.requeue``), before the controller tracks the trial's status: issue 27.
+
+
+def set_restored_status(trial: Trial, status: str) -> None:
+    """Put ``status`` (``TERMINATED``, ``ERROR``) into a trial Ray has just restored."""
+    trial.status = status
+    untyped: Any = trial
+    untyped.invalidate_json_state()
+
+
+def set_last_result(trial: Trial, result: dict[str, Any]) -> None:
+    """Make ``result`` the trial's last result (``run_metadata.last_result``)."""
+    import time
+
+    metadata: Any = trial.run_metadata
+    metadata.last_result = result
+    metadata.last_result_time = time.time()
+    metadata.invalidate_cache()
+
+
+def set_error_files(trial: Trial, error_file: str | None, pickled_error_file: str | None) -> None:
+    """Name the trial's ``error.txt``/``error.pkl`` (relative to its folder) for Ray's
+    ``ResultGrid``, as Ray does when the trial errors."""
+    metadata: Any = trial.run_metadata
+    metadata.error_filename = error_file
+    metadata.pickled_error_filename = pickled_error_file
+    metadata.invalidate_cache()
+
+
+def trial_folder_names(trial: Trial) -> list[str]:
+    """The names in the trial's folder on its storage (``[]``: none, or unreadable)."""
+    import pyarrow.fs
+
+    try:
+        infos = storage_filesystem(trial).get_file_info(
+            pyarrow.fs.FileSelector(trial_path(trial), allow_not_found=True))
+    except Exception:  # a storage that cannot be listed has nothing to tell
+        return []
+    return sorted(info.base_name for info in infos)
+
+
+def read_trial_file(trial: Trial, name: str) -> bytes | None:
+    """The bytes of ``name`` in the trial's folder on storage, ``None`` if it cannot be read."""
+    try:
+        with storage_filesystem(trial).open_input_stream(f"{trial_path(trial)}/{name}") as f:
+            return bytes(f.readall())
+    except Exception:  # missing or unreadable: nothing to tell
+        return None
+
+
+def folder_files(trial: Trial, path: str) -> int | None:
+    """How many files the folder ``path`` holds on the trial's storage (recursively);
+    ``None`` when it is not a folder (missing, a file, unreadable)."""
+    import pyarrow.fs
+
+    fs = storage_filesystem(trial)
+    try:
+        if fs.get_file_info(path).type != pyarrow.fs.FileType.Directory:
+            return None
+        infos = fs.get_file_info(pyarrow.fs.FileSelector(path, recursive=True))
+    except Exception:  # unreadable: not a checkpoint Ray could restore
+        return None
+    return sum(1 for info in infos if info.type == pyarrow.fs.FileType.File)

@@ -1,0 +1,58 @@
+"""The moment between Ray's restore of an experiment's state and its requeue of the trials.
+
+``TuneController.resume`` (called from its ``__init__`` by ``Tuner.restore``) rebuilds every
+trial from the newest ``experiment_state-*.json``, then ``_requeue_restored_trials(trials,
+resume_config)`` decides by each trial's status whether it runs again (``resume_unfinished``,
+``resume_errored``, ``restart_errored``). :func:`install` wraps that private method (the same
+name, signature and use in Ray 2.40.0 and 2.60.0) so the callbacks given to the controller see
+the restored trials first, and can write what the event log knows into them (a newer end, a
+newer checkpoint: :mod:`statemachine.tune.resume_from_log`); Ray's requeue then applies the
+user's resume options to what they wrote. Reads ``controller._callbacks._callbacks`` (the
+``CallbackList``'s list, same in both). Installed once per process, idempotently; a hook that
+raises is reported, never stops the restore.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["install", "installed"]
+
+_MARK = "__statemachine_requeue__"
+
+#: Called with (the controller's callbacks, the restored trials) before Ray requeues them.
+RequeueHook = Callable[[list[Any], list[Any]], None]
+
+
+def installed() -> bool:
+    """Whether the requeue hook is in place."""
+    from ray.tune.execution.tune_controller import TuneController
+
+    return hasattr(TuneController._requeue_restored_trials, _MARK)
+
+
+def install(hook: RequeueHook) -> None:
+    """Call ``hook(callbacks, trials)`` before every ``_requeue_restored_trials``."""
+    from ray.tune.execution.tune_controller import TuneController
+
+    if installed():
+        return
+    original = TuneController._requeue_restored_trials
+
+    @functools.wraps(original)
+    def requeue(self: Any, trials: list[Any], resume_config: Any) -> Any:
+        try:
+            callbacks = list(getattr(self._callbacks, "_callbacks", []) or [])
+            hook(callbacks, list(trials))
+        except Exception:  # never stops Ray's restore
+            logger.exception("statemachine: reading the restored trials failed; Ray's saved "
+                             "state is used as it is")
+        return original(self, trials, resume_config)
+
+    setattr(requeue, _MARK, True)
+    TuneController._requeue_restored_trials = requeue  # type: ignore[method-assign]
