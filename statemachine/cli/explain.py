@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from statemachine.cli.wording import Folded, Located, describe_policy, word
+from statemachine.cli.policy_words import describe_policy
+from statemachine.cli.wording import Folded, Located, word
 from statemachine.domain.compiled import apply_compiled
 from statemachine.domain.events import Event, RestoreSucceeded
 from statemachine.domain.state import TrialState

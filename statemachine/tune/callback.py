@@ -14,7 +14,8 @@ its storage copy (:mod:`.log_session`), which Ray trial is which in the log (:mo
 each trial's attempt and why its actor died (:mod:`.attempts`), hookless status changes
 (:mod:`.status_changes`), Ray following a decision (:mod:`.steering`), node avoidance
 (:mod:`.avoidance`), the trials ``Tuner.restore`` brought back (:mod:`.after_restore`), every
-read or write of Ray's objects (:mod:`.ray_surface`).
+read or write of Ray's objects (:mod:`.ray_surface`), the counts it keeps
+(:mod:`.callback_counts`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from statemachine.tune.callback_arguments import (
     check_policy,
     checked_url,
 )
+from statemachine.tune.callback_counts import CallbackCounts
 from statemachine.tune.compat import check_ray
 from statemachine.tune.hook_guard import never_raises as _never_raises
 from statemachine.tune.hook_guard import tune_trials as _trials
@@ -70,7 +72,7 @@ def _before_requeue(callbacks: list[Any], trials: list[Any]) -> None:
             callback.restored(trials)
 
 
-class EventLogCallback(Callback):
+class EventLogCallback(CallbackCounts, Callback):
     """Record every trial's lifecycle in the event log and keep its budgets durable.
 
     Args:
@@ -149,46 +151,6 @@ class EventLogCallback(Callback):
         self.busy_timeout_ms = state.get("busy_timeout_ms")
         self.resume_from_log = state.get("resume_from_log", True)
         self._reset_runtime()
-
-    # ------------------------------------------------------------------ counts
-
-    @property
-    def _recorder(self) -> Recorder | None:
-        return self._session.recorder if self._session else None
-
-    @property
-    def events_recorded(self) -> int:
-        """Events written to the log by this driver."""
-        return self._recorder.recorded if self._recorder else 0
-
-    @property
-    def events_unwritten(self) -> int:
-        """Events that could not be written (yet)."""
-        return self._recorder.unwritten if self._recorder else 0
-
-    @property
-    def write_failures(self) -> int:
-        """Failed attempts to open the log or write to it."""
-        return self._recorder.write_failures if self._recorder else 0
-
-    @property
-    def events_rejected(self) -> int:
-        """Events the fold refused (not valid in the trial's folded state)."""
-        return self._recorder.rejected if self._recorder else 0
-
-    def summary(self) -> dict[str, int]:
-        """The counts above as a dict (also logged at the end of the experiment)."""
-        if self._session is not None:
-            return self._session.summary(self.hook_errors)
-        return {"recorded": 0, "unwritten": 0, "write_failures": 0, "rejected": 0,
-                "hook_errors": self.hook_errors}
-
-    @property
-    def policy_in_force(self) -> RetryPolicy:
-        """The policy decisions are made with (known once the first trial is seen)."""
-        if self._session is not None:
-            return self._session.policy
-        return self.policy or RetryPolicy.from_env()
 
     # ------------------------------------------------------------------ the log
 

@@ -157,12 +157,18 @@ def test_restore_counter_comes_back_only_for_the_same_checkpoint(
 def test_a_failing_hook_never_raises_into_tune(ray_cluster: None, tmp_path: Path) -> None:
     from statemachine.tune import EventLogCallback
 
+    class Broken:
+        """A trial every read of which fails (``trial=None`` is no error: Tune's signature
+        allows it, see test_tune_hook_arguments.py)."""
+
+        def __getattr__(self, name: str) -> Any:
+            raise RuntimeError(f"broken trial: {name}")
+
     callback = EventLogCallback(url=f"sqlite:///{tmp_path / 'log.db'}")
     callback.setup()
     try:
-        assert callback.on_trial_start(iteration=0, trials=[], trial=None) is None
-        assert callback.on_checkpoint(iteration=0, trials=[], trial=object(),
-                                      checkpoint=None) is None
+        assert callback.on_trial_start(iteration=0, trials=[Broken()], trial=Broken()) is None
+        assert callback.on_trial_complete(iteration=0, trials=[], trial=Broken()) is None
         assert callback.hook_errors == 2
     finally:
         callback.on_experiment_end(trials=[])
