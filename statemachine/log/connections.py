@@ -167,6 +167,19 @@ class Connections:
         """``query`` holding the experiment row against a new session's epoch ``UPDATE``."""
         return self.backend.lock_for_share(query)
 
+    def pages(self, query: Select[Any], key: Any, what: str, page: int) -> Iterator[Any]:
+        """The rows of ``query`` (ordered by ``key``, its first column, at most ``page`` rows
+        a statement), read a page at a time after the last key seen, each page in its own
+        read transaction (``what`` names it in errors): memory holds one page."""
+        after = 0
+        while True:
+            with self.transaction(what) as conn:
+                rows = conn.execute(query.where(key > after)).all()
+            yield from rows
+            if len(rows) < page:
+                return
+            after = rows[-1][0]
+
     def experiment_id(self, conn: Connection, name: str) -> int:
         """The id of experiment ``name``; :class:`UnknownExperimentError` with close names."""
         found = self._experiment_ids.get(name)

@@ -124,14 +124,7 @@ class Queries:
         if upto_time is not None:
             query = query.where(events.c.recorded_at <= utc(upto_time))
         query = query.order_by(events.c.position).limit(_FOLD_PAGE)
-        after = 0
-        while True:
-            with db.transaction("reading an experiment") as conn:
-                rows = conn.execute(query.where(events.c.position > after)).all()
-            yield from rows
-            if len(rows) < _FOLD_PAGE:
-                return
-            after = rows[-1][0]
+        yield from db.pages(query, events.c.position, "reading an experiment", _FOLD_PAGE)
 
     def list_trials(self, experiment: str) -> list[str]:
         """See :meth:`EventStore.list_trials`."""

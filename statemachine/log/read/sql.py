@@ -286,14 +286,7 @@ def attempts(
         .order_by(events.c.position)
         .limit(_PAGE)
     )
-    after = 0
-    while True:
-        with db.transaction("reading the nodes' attempts") as conn:
-            rows = conn.execute(query.where(events.c.position > after)).all()
-        yield from rows
-        if len(rows) < _PAGE:
-            return
-        after = rows[-1][0]
+    yield from db.pages(query, events.c.position, "reading the nodes' attempts", _PAGE)
 
 
 def whole_trials(
