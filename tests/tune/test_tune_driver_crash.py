@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ from typing import Any
 import pytest
 from tune_trainables import load_attempts, restore_attempts
 
-from tests.tune.tunekit import HERE, replay, stored_events, worker_pythonpath
+from tests.tune.tunekit import HERE, kill_group, replay, stored_events, worker_pythonpath
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -59,15 +58,6 @@ def start_driver(args: list[str], log: Path, how: Driver | None = None
         return subprocess.Popen([sys.executable, str(DRIVER), *args], stdout=out,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=True,
                                 cwd=how.cwd)
-
-
-def kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the driver's process group (Ray's helper processes linger otherwise)."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=30)
 
 
 @dataclass

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ from typing import Any
 import pytest
 from resume_trainables import executed, redone
 
-from tests.tune.tunekit import HERE, stored_events, worker_pythonpath
+from tests.tune.tunekit import HERE, kill_group, stored_events, worker_pythonpath
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -44,14 +43,6 @@ def run(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen([sys.executable, str(DRIVER), *args], stdout=out,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=True)
-
-
-def kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=60)
 
 
 def scenario(tmp: Path, kind: str, callback: str, kill_after: int) -> dict[str, Any]:

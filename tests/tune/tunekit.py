@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -53,3 +55,13 @@ def assert_log_matches_ray(url: str, experiment: str, grid: Any) -> dict[str, An
     ours = {tid: (s.status.value, s.failures) for tid, s in states.items()}
     assert ours == ray_trials(grid)
     return states
+
+
+def kill_group(proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    """SIGKILL a driver started in its own session, with its process group (Ray's helper
+    processes linger otherwise), and wait for it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=timeout)
