@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from statemachine import InvalidTransitionError, RestoreSucceeded, RetryPolicy
+from statemachine import InvalidTransitionError, RetryPolicy
 from statemachine.domain.node_tally import tally_nodes
 from statemachine.domain.state import TrialState
 from statemachine.log import EventStore, ExperimentLog, replay_experiment
 from statemachine.log.read import SORTS, STATUSES, ReadModel, TrialSummary
-from tests.log.test_rehydration_property import pick, policies, steps
+from tests.log.test_rehydration_property import batch_items, pick, policies, steps
 
 EXPERIMENTS = ("exp", "other")
 
@@ -49,14 +49,8 @@ def write(url: str, policy: RetryPolicy, snapshot_every: int, script: list[tuple
             if event is not None:
                 log.record(step[1], event)
         elif step[0] == "batch":
-            _, trials, ks, spoil = step
-            items = [(t, pick(log, t, k)) for t, k in zip(trials, ks, strict=False)]
-            items = [(t, e) for t, e in items if e is not None]
-            if spoil:
-                items.append((trials[0], RestoreSucceeded()))
-                items.append((trials[0], RestoreSucceeded()))
             with contextlib.suppress(InvalidTransitionError):
-                log.record_many(items)
+                log.record_many(batch_items(log, step))
         else:
             log.close(clean=step[2])
             clean_end = step[2]

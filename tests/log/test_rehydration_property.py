@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -96,6 +97,18 @@ reopen = st.tuples(st.just("reopen"), st.integers(1, 6), st.booleans())
 steps = st.lists(st.one_of(record, record, record, record, batch, reopen), min_size=20, max_size=80)
 
 
+def batch_items(log: ExperimentLog, step: tuple) -> list[tuple[str, Any]]:
+    """The events of a ``("batch", trials, ks, spoil)`` step: one per trial that has a valid
+    one, and when ``spoil`` two invalid ones, so the whole batch must be refused."""
+    _, trials, ks, spoil = step
+    items = [(t, pick(log, t, k)) for t, k in zip(trials, ks, strict=False)]
+    items = [(t, e) for t, e in items if e is not None]
+    if spoil:
+        items.append((trials[0], RestoreSucceeded()))
+        items.append((trials[0], RestoreSucceeded()))
+    return items
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(policy=policies, snapshot_every=st.integers(1, 6), script=steps)
 def test_rehydration_equals_full_replay(
@@ -110,12 +123,7 @@ def test_rehydration_equals_full_replay(
                 if event is not None:
                     log.record(step[1], event)
             elif step[0] == "batch":
-                _, trials, ks, spoil = step
-                items = [(t, pick(log, t, k)) for t, k in zip(trials, ks, strict=False)]
-                items = [(t, e) for t, e in items if e is not None]
-                if spoil:  # one invalid event: the whole batch must be refused
-                    items.append((trials[0], RestoreSucceeded()))
-                    items.append((trials[0], RestoreSucceeded()))
+                items, spoil = batch_items(log, step), step[3]
                 before = log.states()
                 try:
                     log.record_many(items)
