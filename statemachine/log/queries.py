@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, func, select
 
@@ -106,6 +107,15 @@ class Queries:
             after = rows[-1][0]
             if remaining is not None:
                 remaining -= len(rows)
+
+    def read_event_rows(self, experiment: str) -> Iterator[Any]:
+        """See :meth:`EventStore.read_event_rows`."""
+        db = self._db
+        with db.transaction("reading an experiment") as conn:
+            experiment_id = db.experiment_id(conn, experiment)
+        query = (select(*EVENT_COLUMNS).where(events.c.experiment_id == experiment_id)
+                 .order_by(events.c.position).limit(_FOLD_PAGE))
+        yield from db.pages(query, events.c.position, "reading an experiment", _FOLD_PAGE)
 
     def read_fold_rows(
         self,

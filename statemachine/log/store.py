@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -302,6 +303,15 @@ class EventStore:
         return self._queries.read_experiment(
             experiment, from_position=from_position, limit=limit, upto_time=upto_time
         )
+
+    def read_event_rows(self, experiment: str) -> Iterator[Any]:
+        """The rows of :meth:`read_experiment` as selected, without building records.
+
+        Each item is a tuple in the order of :data:`~statemachine.log.mapper.EVENT_COLUMNS`
+        (a ``recorded_at`` that does not read is :class:`~statemachine.log.records.Unreadable`);
+        what :func:`~statemachine.log.verify` checks. Read in pages, as :meth:`read_experiment`.
+        """
+        return self._queries.read_event_rows(experiment)
 
     def read_fold_rows(
         self,
