@@ -1,10 +1,12 @@
 """Checkpoints as ``explain`` names them, and Ray's numbering that starts over.
 
-Ray names a checkpoint by its index in the attempt that saved it (``checkpoint_000003``); a
-function trainable restored from ``checkpoint_000003`` saves ``checkpoint_000000`` next, so
-the newest checkpoint can carry a smaller number than the one it continues from. A saved
-checkpoint numbered below one the trial still holds is therefore worded with its training
-iteration and the checkpoint it is newer than.
+Ray names a checkpoint by a counter kept with the trial (``checkpoint_000003``). The counter
+can go back: a ``Tuner.restore`` continues from the count in Ray's saved experiment state,
+which may be older than the checkpoints the log saw (the callback moves it forward when it
+advances the resume, ``ray_surface/checkpoint_manager.py``), and a restored trainable was
+reported to start again at ``checkpoint_000000``. Then the newest checkpoint carries a
+smaller number than one it is newer than, so a saved checkpoint numbered below one the
+trial still holds is worded with its training iteration and the newest of those.
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ def _number(path: str) -> int | None:
 
 def saved_words(held: Sequence[str], event: CheckpointSaved) -> str:
     """The words for ``event``, given the checkpoints the trial held before it: ``Saved
-    checkpoint_000004.``, or when a checkpoint it held has a higher number (Ray's numbering
-    started over) ``Saved checkpoint_000000 at training_iteration 5 (newer than
-    checkpoint_000003: Ray numbers checkpoints from 000000 again after a restore).``"""
+    checkpoint_000004.``, or when a checkpoint it held has a higher number ``Saved
+    checkpoint_000000 at training_iteration 5 (Ray's numbering started over: this is newer
+    than checkpoint_000003).``"""
     name = checkpoint_name(event.checkpoint)
     number = _number(event.checkpoint)
     higher = [(n, c) for c in held if c != event.checkpoint
@@ -41,5 +43,5 @@ def saved_words(held: Sequence[str], event: CheckpointSaved) -> str:
     if not higher:
         return f"Saved {name}."
     at = f" at training_iteration {event.iteration}" if event.iteration is not None else ""
-    return (f"Saved {name}{at} (newer than {checkpoint_name(max(higher)[1])}: Ray numbers "
-            "checkpoints from 000000 again after a restore).")
+    return (f"Saved {name}{at} (Ray's numbering started over: this is newer than "
+            f"{checkpoint_name(max(higher)[1])}).")
