@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from statemachine.domain.compiled import apply_compiled, fold_compiled
+from statemachine.domain.compiled import apply_compiled, fold_compiled, step_compiled
 from statemachine.domain.events import Event, decode_event
 from statemachine.domain.machine import TransitionRecord
 from statemachine.domain.policy import RetryPolicy
@@ -194,7 +194,7 @@ def _replay_lean(
     halted: dict[str, _Halt] = {}
     good_counters: set[str] = set()
     loads = json.loads
-    apply = apply_compiled
+    step = step_compiled  # no record: only the state is the answer
     for position, trial_id, _seq, type_name, version, payload, counters in store.read_fold_rows(
         experiment, upto_position=upto_position, upto_time=upto_time
     ):
@@ -223,7 +223,7 @@ def _replay_lean(
                 continue
             event = row.event
         try:
-            apply(state, event, policy)
+            step(state, event, policy or state.policy)
         except InvalidTransitionError as exc:
             halted[trial_id] = (position, str(exc))
     replays: dict[str, TrialReplay] = {}
