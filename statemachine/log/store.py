@@ -331,9 +331,17 @@ class EventStore:
             experiment, upto_position=upto_position, upto_time=upto_time
         )
 
+    def has_trial(self, experiment: str, trial_id: str) -> bool:
+        """Whether the experiment has an event of trial ``trial_id`` (one index lookup)."""
+        return self._queries.has_trial(experiment, trial_id)
+
     def list_trials(self, experiment: str) -> list[str]:
         """The ids of the experiment's trials (those with at least one event), sorted."""
         return self._queries.list_trials(experiment)
+
+    def experiment_names(self) -> list[str]:
+        """The names of :meth:`list_experiments`, without counting their events."""
+        return self._queries.experiment_names()
 
     def list_experiments(self) -> list[ExperimentInfo]:
         """Every experiment in the store, by name, with its number of trials and events."""
