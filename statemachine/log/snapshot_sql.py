@@ -112,7 +112,11 @@ class SnapshotTable:
             # Straight from the driver's cursor (one row per trial: SQLAlchemy's result
             # rows cost a third of an open of 100k trials), decoded a batch at a time: the
             # stored texts (a kilobyte a trial) are never all held beside the states.
-            cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            # (PostgreSQL: a server-side cursor, or the driver would hold every row at once.)
+            dbapi = conn.connection.dbapi_connection
+            server_side = db.backend.name == "postgresql"
+            cursor = dbapi.cursor(  # type: ignore[union-attr]
+                *(("statemachine_snapshots",) if server_side else ()))
             try:
                 self._load.run(
                     cursor, {"experiment_id": experiment_id, "machine_version": machine_version()}
