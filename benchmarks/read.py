@@ -34,6 +34,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from benchmarks.harness import Context, Stat, python
 from benchmarks.log import POLICY, life
@@ -217,7 +218,7 @@ def plans(ctx: Context, url: str) -> None:
     from statemachine.log.read import ReadModel
 
     with EventStore.open(url, create=False) as store:
-        captured: list[tuple[str, object]] = []
+        captured: list[tuple[str, Any]] = []
 
         def capture(conn: object, cursor: object, statement: str, parameters: object,
                     context: object, executemany: bool) -> None:
@@ -241,12 +242,12 @@ def plans(ctx: Context, url: str) -> None:
                 cursor.execute("EXPLAIN " + statement, parameters)
                 plan = [row[0] for row in cursor.fetchall()]
                 cursor.close()
-                paths = sorted({line.strip().removeprefix("->  ").split("  (")[0]
+                reads = sorted({line.strip().removeprefix("->  ").split("  (")[0]
                                 for line in plan if " on events" in line})
-                key = (" ".join(statement.split())[:100], "; ".join(paths))
+                key = (" ".join(statement.split())[:100], "; ".join(reads))
                 seen[key] = seen.get(key, 0) + 1
-            for (statement, paths), count in seen.items():
-                scan = "Seq Scan on events" in paths
+            for (shown, how), count in seen.items():
+                scan = "Seq Scan on events" in how
                 ctx.report.say(f"read plan, {count} statement(s), "
                                f"{'SEQUENTIAL SCAN of events' if scan else 'no seq scan'}: "
-                               f"{statement}... -> {paths}")
+                               f"{shown}... -> {how}")
