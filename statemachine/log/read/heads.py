@@ -26,7 +26,8 @@ from statemachine.log.schema import events, experiments
 
 def trial_heads(experiment_id: int | None, *, first: bool = False) -> CTE:
     """``(experiment_id, trial_id, last_seq[, first_position])`` of every trial of the
-    experiment (every experiment when ``None``), as a materialized common table expression named ``last``."""
+    experiment (every experiment when ``None``), as a materialized common table expression
+    named ``last``."""
     seed_probe = events.alias("seed")
     seed = select(
         experiments.c.id.label("experiment_id"),

@@ -27,8 +27,8 @@ from statemachine.domain.state import TrialState
 from statemachine.exceptions import EventDecodeError
 from statemachine.log.bulk import collector_paused
 from statemachine.log.engine import chunks
-from statemachine.log.read.heads import trial_heads
 from statemachine.log.mapper import EVENT_COLUMNS, stored_event
+from statemachine.log.read.heads import trial_heads
 from statemachine.log.records import ExperimentInfo, utc
 from statemachine.log.schema import ATTEMPTS_WHERE, events, experiments, snapshots
 from statemachine.log.snapshot import decode_state, machine_version
