@@ -4,7 +4,8 @@ A trial's snapshot row answers for it when it is *fresh*: written by this machin
 (:func:`~statemachine.log.snapshot.machine_version`) at the trial's last event, with its
 summary columns (revision 0004) filled in. Freshness is read from the ``(experiment, trial,
 seq)`` index of the events (each trial's last seq, found by index probes whose count grows
-with the trials, not the events: :mod:`.heads`) joined to the snapshots by their key; the
+with the trials, not the events: :mod:`statemachine.log.heads`) joined to the snapshots by
+their key; the
 summary columns then filter (``WHERE status IN``) and count (``GROUP BY status``) without
 decoding a state. A trial whose row is not fresh (no snapshot, an older revision, events
 after it, a state that did not decode) is folded from its snapshot, or its start, through
@@ -27,8 +28,8 @@ from statemachine.domain.state import TrialState
 from statemachine.exceptions import EventDecodeError
 from statemachine.log.bulk import collector_paused
 from statemachine.log.engine import chunks
+from statemachine.log.heads import trial_heads
 from statemachine.log.mapper import EVENT_COLUMNS, stored_event
-from statemachine.log.read.heads import trial_heads
 from statemachine.log.records import ExperimentInfo, utc
 from statemachine.log.schema import ATTEMPTS_WHERE, events, experiments, snapshots
 from statemachine.log.snapshot import decode_state, machine_version
@@ -131,8 +132,8 @@ def light_rows(
 
 def _heads(experiment_id: int, trial_ids: Collection[str] | None) -> Iterator[Subquery | CTE]:
     """Each trial's last seq and first position: every trial's by index probes
-    (:func:`~.heads.trial_heads`), or those of ``trial_ids`` (a chunk at a time) from
-    their own rows."""
+    (:func:`~statemachine.log.heads.trial_heads`), or those of ``trial_ids`` (a chunk at a
+    time) from their own rows."""
     if trial_ids is None:
         yield trial_heads(experiment_id, first=True)
         return
