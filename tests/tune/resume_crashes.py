@@ -90,7 +90,7 @@ class Crashes:
         """Fit, ``kills`` seeded kills, then restore to the end; the final grid's rows.
 
         The first kill comes after ``randint(*first)`` executed iterations (default: 2 to a
-        third of them), each later one 2 or 3 iterations after the previous kill.
+        third of them), each later one 3 to 5 iterations after the previous kill.
         """
         self.ctl.mkdir(parents=True)
         rng = random.Random(seed)
@@ -98,7 +98,7 @@ class Crashes:
         self.kill_after(self.driver("fit", kind), rng.randint(low, high))
         for _ in range(kills - 1):
             restore = self.driver("restore", kind)
-            self.kill_after(restore, self.executed_at_kills[-1] + rng.randint(2, 3))
+            self.kill_after(restore, self.executed_at_kills[-1] + rng.randint(3, 5))
         started = time.monotonic()
         final = self.driver("restore", kind)
         try:
