@@ -46,14 +46,12 @@ def one_run(ctx: Context, kind: str, callback: str, seed: str, trials: int,
 def run(ctx: Context) -> None:
     """Measure and print the ``resume`` table."""
     try:
-        import ray  # noqa: F401
+        import ray
     except ImportError:
         table = ctx.report.table("resume", "driver crash and resume", "iterations")
         table.skip("Ray", "ray[tune] is not installed: pip install -e '.[bench]'")
         ctx.report.print_table(table)
         return
-    import ray
-
     trials, iters = ctx.size(4, 2), ctx.size(8, 4)
     rounds = max(1, min(ctx.rounds, 3)) if not ctx.quick else 1
     variants = {"0": "plain Ray (baseline)", "1": "EventLogCallback()"}

@@ -115,12 +115,17 @@ class Crashes:
         return len(runs) - len(set(runs))
 
     def redone_beyond_checkpoints(self) -> list[tuple[str, int]]:
-        """Iterations run twice that no kill explains: at every kill the log already held a
-        checkpoint of that trial at or after them."""
+        """Iterations run twice that the kill after their first run does not explain: the
+        log already held a checkpoint of that trial at or after them at that kill."""
         runs = executed(self.ctl)
-        twice = sorted({r for r in runs if runs.count(r) > 1})
-        return [(trial, it) for trial, it in twice
-                if all(it <= logged.get(trial, 0) for logged in self.logged_at_kills)]
+        beyond = []
+        for trial, it in sorted({r for r in runs if runs.count(r) > 1}):
+            first = runs.index((trial, it))
+            kill = next((k for k, count in enumerate(self.executed_at_kills)
+                         if count > first), None)  # None: redone with no kill in between
+            if kill is None or it <= self.logged_at_kills[kill].get(trial, 0):
+                beyond.append((trial, it))
+        return beyond
 
     def uninterrupted_grid(self) -> dict[str, list[Any]]:
         """What an uninterrupted run's ``ResultGrid`` holds (the driver's rows, by config x):
