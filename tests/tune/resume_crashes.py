@@ -115,15 +115,19 @@ class Crashes:
         return len(runs) - len(set(runs))
 
     def redone_beyond_checkpoints(self) -> list[tuple[str, int]]:
-        """Iterations run twice that the kill after their first run does not explain: the
-        log already held a checkpoint of that trial at or after them at that kill."""
+        """Iterations run again although, at the kill before that run, the log already held
+        a checkpoint of that trial at or after them (0 with the callback).
+
+        A run's kill is the last one noted before it in ``executed``; Ray's workers may
+        finish an iteration after the driver's kill (orphans until they see it gone), which
+        is work in flight that no log can know of, counted after that kill."""
         runs = executed(self.ctl)
         beyond = []
-        for trial, it in sorted({r for r in runs if runs.count(r) > 1}):
-            first = runs.index((trial, it))
-            kill = next((k for k, count in enumerate(self.executed_at_kills)
-                         if count > first), None)  # None: redone with no kill in between
-            if kill is None or it <= self.logged_at_kills[kill].get(trial, 0):
+        for index, (trial, it) in enumerate(runs):
+            if (trial, it) not in runs[:index]:
+                continue  # a first run
+            kills = [k for k, count in enumerate(self.executed_at_kills) if count <= index]
+            if not kills or it <= self.logged_at_kills[kills[-1]].get(trial, 0):
                 beyond.append((trial, it))
         return beyond
 

@@ -5,8 +5,8 @@ checkpoint every iteration, every executed iteration counted by :mod:`resume_tra
 driven by :mod:`resume_crashes`: ``fit`` (and, on S3, then ``Tuner.restore``) SIGKILLed at
 seeded random points, then restored to the end. Asserted, with ``EventLogCallback()``:
 
-- every iteration run twice was executed after its trial's newest checkpoint in the log at
-  some kill (0 redone beyond those);
+- every iteration run again was executed after its trial's newest checkpoint in the log at
+  the kill before (0 redone beyond those), except by a trial Ray's saved state did not have;
 - the final ``ResultGrid`` is an uninterrupted run's (no error, every trial's last result at
   iteration ``ITERS`` with score ``ITERS * x``, checkpoint ``checkpoint_<ITERS - 1>``);
 - the log verifies, and every ``ResumeAdvanced`` points at a checkpoint folder that exists on
@@ -48,7 +48,11 @@ def resume_advanced(url: str) -> list[Any]:
 def assert_resumed_from_the_log(run: Crashes, grid: dict[str, Any]) -> list[Any]:
     """The run's outcome is an uninterrupted run's, and only unsaved work was redone."""
     assert grid == run.uninterrupted_grid()
-    assert run.redone_beyond_checkpoints() == []
+    # The third trial (x=3) is created only when one of the first two ends (2 at a time), so
+    # it is in no experiment state Ray saved before then: when it started after Ray's last
+    # save, Ray's restore does not have it and it runs again from scratch (a known limit,
+    # docs/tune.md). Every other trial redoes only what its last checkpoint did not hold.
+    assert {t for t, _ in run.redone_beyond_checkpoints() if not t.endswith("_00002")} == set()
     url = f"sqlite:///{run.log_path()}"
     with EventStore.open(url, create=False) as store:
         assert verify(store, "exp").ok
@@ -82,8 +86,17 @@ def test_two_kills_on_s3_redo_only_the_work_after_each_trials_last_checkpoint(
     assert result.exit_code == 0, result.output
 
 
-def test_a_class_trainable_resumes_from_the_log(tmp_path: Path) -> None:
-    run = Crashes(tmp_path, str(tmp_path / "results"), TRIALS, ITERS, STEP_S)
-    grid = run.run("class", kills=1, seed=f"{SEED}-class")
-    for event in assert_resumed_from_the_log(run, grid):
+def test_a_class_trainable_that_finished_after_rays_save_is_kept_with_its_last_result(
+    tmp_path: Path
+) -> None:
+    # Ray saves its experiment state at the start only (the period is 300 s), and copies the
+    # trials' result.json to storage with it: killed once the first two trials have ended
+    # (1 or 2 iterations into the third), the log knows their ends, Ray's state and storage
+    # do not; their last results come from what the callback wrote as they completed.
+    run = Crashes(tmp_path, str(tmp_path / "results"), TRIALS, ITERS, STEP_S,
+                  env={"TUNE_GLOBAL_CHECKPOINT_S": "300"})
+    grid = run.run("class", kills=1, seed=f"{SEED}-class", first=(2 * ITERS + 1, 2 * ITERS + 2))
+    advanced = assert_resumed_from_the_log(run, grid)
+    assert sorted(a.finished for a in advanced if a.finished) == ["TERMINATED", "TERMINATED"]
+    for event in advanced:
         assert Path(event.to_checkpoint, "state.json").exists()
