@@ -16,9 +16,7 @@ from typing import Any
 import click
 
 from statemachine.cli.db import DB_URL_ENV, BadInput
-from statemachine.cli.output import Output
-from statemachine.cli.safe_text import one_line
-from statemachine.distribution import DISTRIBUTION
+from statemachine.distribution import VERSION
 from statemachine.exceptions import StateMachineError
 
 PROG = "trial-replay"
@@ -28,6 +26,8 @@ EXIT_BAD_INPUT = 2
 
 
 def _one_line(text: str) -> str:
+    from statemachine.cli.safe_text import one_line  # rich: loaded when a message is printed
+
     return one_line(text)  # names from the log may hold control characters
 
 
@@ -78,6 +78,48 @@ class ReplayGroup(click.Group):
             return 130
         return rv if isinstance(rv, int) else 0
 
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every command's name, without importing any command's module."""
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The command ``cmd_name``, its module imported on first use (so ``--version`` and
+        each command pay only for what they run: the log, Ray, the web server... load
+        where a command needs them)."""
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            module, attribute = COMMANDS[cmd_name].split(":")
+            command = getattr(importlib.import_module(f"statemachine.cli.{module}"), attribute)
+            if command.name != cmd_name:
+                raise AssertionError(f"COMMANDS[{cmd_name!r}] is the command {command.name!r}")
+            _with_db_option(command)
+            self.add_command(command)
+        return self.commands.get(cmd_name)
+
+
+#: Every command of ``trial-replay``: its name -> ``module:attribute`` under
+#: ``statemachine.cli``, imported when the command runs (or ``--help`` lists it). The one place
+#: a new command is registered (write it in its own module under ``commands/``).
+COMMANDS = {
+    "experiments": "commands.experiments:experiments",
+    "trials": "commands.trials:trials",
+    "show": "commands.show:show",
+    "explain": "commands.explain:explain",
+    "nodes": "commands.nodes:nodes",
+    "what-if": "commands.whatif:what_if",
+    "advise": "commands.advise:advise_command",
+    "timeline": "commands.timeline:timeline",
+    "diagram": "commands.diagram:diagram",
+    "tail": "commands.tail:tail",
+    "serve": "commands.serve:serve",
+    "verify": "commands.verify:verify",
+    "export": "commands.transfer:export",
+    "import": "commands.transfer:import_",
+    "ingest": "commands.ingest:ingest",
+    "db": "commands.database:db",
+    "drill": "commands.drill:drill",
+    "demo": "demo:demo",
+}
+
 
 @click.group(PROG, cls=ReplayGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
@@ -94,7 +136,7 @@ class ReplayGroup(click.Group):
 )
 @click.option("--json", "as_json", is_flag=True,
               help="Print JSON, as the command's own --json (schema in docs/cli.md).")
-@click.version_option(package_name=DISTRIBUTION, prog_name=PROG)
+@click.version_option(VERSION, prog_name=PROG)  # not the metadata's: no importlib.metadata
 @click.pass_context
 def cli(ctx: click.Context, db: str | None, as_json: bool) -> None:
     """Replay a Ray Tune experiment's trial event log: what happened to each trial, why it
@@ -103,6 +145,8 @@ def cli(ctx: click.Context, db: str | None, as_json: bool) -> None:
         command = cli.get_command(ctx, ctx.invoked_subcommand)
         if command is not None and not _takes_json(command):
             raise BadInput(f"{ctx.invoked_subcommand} prints no JSON; leave out --json")
+    from statemachine.cli.output import Output  # rich: not loaded for --version and --help
+
     ctx.obj = Output(db=db, as_json=as_json)
 
 
@@ -113,33 +157,11 @@ def _takes_json(command: click.Command) -> bool:
     return any("--json" in p.opts for p in command.params if isinstance(p, click.Option))
 
 
-#: Every command of ``trial-replay``, as ``module:attribute`` under ``statemachine.cli``: the
-#: one place a new command is registered (write it in its own module under ``commands/``).
-COMMANDS = (
-    "commands.experiments:experiments",
-    "commands.trials:trials",
-    "commands.show:show",
-    "commands.explain:explain",
-    "commands.nodes:nodes",
-    "commands.whatif:what_if",
-    "commands.advise:advise_command",
-    "commands.timeline:timeline",
-    "commands.diagram:diagram",
-    "commands.tail:tail",
-    "commands.serve:serve",
-    "commands.verify:verify",
-    "commands.transfer:export",
-    "commands.transfer:import_",
-    "commands.ingest:ingest",
-    "commands.database:db",
-    "commands.drill:drill",
-    "demo:demo",
-)
-
-
 def _set_db(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
     """``--db`` given after the command: it wins over the one before it and the variable."""
     if value is not None:
+        from statemachine.cli.output import Output
+
         ctx.ensure_object(Output).db = value
 
 
@@ -157,17 +179,6 @@ def _with_db_option(command: click.Command) -> None:
             _with_db_option(sub)
     if not any("--db" in p.opts for p in command.params if isinstance(p, click.Option)):
         command.params.append(_db_option())
-
-
-def _register() -> None:
-    for entry in COMMANDS:
-        module, attribute = entry.split(":")
-        command = getattr(importlib.import_module(f"statemachine.cli.{module}"), attribute)
-        _with_db_option(command)
-        cli.add_command(command)
-
-
-_register()
 
 
 def main(argv: list[str] | None = None) -> int:

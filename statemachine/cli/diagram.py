@@ -9,13 +9,16 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import graphviz
 from transitions import Machine
 from transitions.core import Condition
 
 from statemachine.cli.palette import STATUS_COLOURS
 from statemachine.domain.machine import MACHINE
+
+if TYPE_CHECKING:
+    import graphviz
 
 #: Formats the ``diagram`` command writes.
 FORMATS = ("svg", "png", "dot")
@@ -52,6 +55,8 @@ def _decision(effects: Sequence[object]) -> str:
 def build_graph(machine: Machine = MACHINE) -> graphviz.Digraph:
     """A Graphviz digraph of ``machine``: one node per state, one edge per (trigger, source,
     destination) labelled with the guards in the order they are tried and the decision."""
+    import graphviz  # loaded by the command that draws, not by trial-replay --help
+
     states = list(machine.states)
     graph = graphviz.Digraph("trial_state_machine", format="svg")
     graph.attr(rankdir="TB", fontname="Helvetica", fontsize="11", nodesep="0.5", ranksep="0.9",
@@ -100,6 +105,8 @@ def write_diagram(path: Path, machine: Machine = MACHINE) -> Path:
     Raises :class:`DotMissingError` after writing ``path`` with a ``.dot`` suffix when
     Graphviz's ``dot`` program is needed and missing.
     """
+    import graphviz
+
     fmt = path.suffix.lower().lstrip(".")
     graph = build_graph(machine)
     if fmt == "dot":

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from statemachine.cli.checkpoint_words import checkpoint_name as _checkpoint
+from statemachine.cli.checkpoint_words import saved_words
 from statemachine.cli.policy_words import describe_policy
 from statemachine.domain.death import DeathCause
 from statemachine.domain.events import (
@@ -100,13 +102,6 @@ def _budget(failures: int | None, policy: RetryPolicy) -> str:
     if policy.max_failures < 0:
         return f"failure {failures} (max_failures unlimited)"
     return f"failure {failures} of max_failures {policy.max_failures}"
-
-
-def _checkpoint(name: str | None) -> str:
-    """A checkpoint as people read it: its last path component (``show`` has the full path)."""
-    if not name:
-        return "scratch"
-    return name.rstrip("/").rsplit("/", 1)[-1]
 
 
 def _cause(event: TrialFailed) -> str:
@@ -363,7 +358,7 @@ _WORDS: dict[type[Event], Callable[[Folded, Any], str]] = {
     NodeAvoidanceDropped: _dropped,
     RestoreSucceeded: _restored,
     FirstResult: _first_result,
-    CheckpointSaved: lambda f, e: f"Saved {_checkpoint(e.checkpoint)}.",
+    CheckpointSaved: lambda f, e: saved_words(f.before.checkpoints, e),
     TrialPaused: lambda f, e: "Paused by the scheduler.",
     TrialResumed: lambda f, e: f"Queued to run again (was {f.before.status.value}).",
     TrialCompleted: lambda f, e: "Completed training.",

@@ -49,7 +49,7 @@ from sqlalchemy import (
     select,
     text,
 )
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -284,6 +284,8 @@ class PostgreSQLBackend(Backend):
         # seq) index: the cost follows the batch, not the experiment. (A GROUP BY over
         # `trial_id = ANY(:trials)` read every row of those trials: 13 ms per 1,000-event
         # batch of 20 trials at 25,000 events, growing with the log.)
+        from sqlalchemy.dialects import postgresql  # loaded by a PostgreSQL engine, not before
+
         trials = bindparam("trials", type_=postgresql.ARRAY(events.c.trial_id.type))
         wanted = func.unnest(trials).table_valued("trial_id").render_derived(name="wanted")
         last = (
@@ -297,6 +299,8 @@ class PostgreSQLBackend(Backend):
         return select(wanted.c.trial_id, last)
 
     def insert(self, table: Table) -> Any:
+        from sqlalchemy.dialects import postgresql
+
         return postgresql.insert(table)
 
     def appended(self, statement: Insert) -> Insert:

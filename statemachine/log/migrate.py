@@ -6,18 +6,19 @@ data, and the top-level ``alembic.ini`` of a checkout points there). An installe
 statemachine therefore migrates the databases it opens exactly as ``alembic upgrade head``
 does from a checkout, and ``trial-replay --db URL db upgrade`` does the same by hand. Only
 :func:`upgrade` writes; the other functions only read.
+
+Alembic (about a third of a second to import, with Mako and every dialect's DDL) is imported
+only where a migration runs: reading and checking a database's revision is one ``SELECT``
+against :data:`REVISIONS`, so a reader (every ``trial-replay`` read command) and a driver
+opening an up-to-date log never load it.
 """
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, MetaData, Table, inspect, select
+from sqlalchemy import Column, Connection, Engine, MetaData, String, Table, inspect, select
 
 from statemachine.distribution import cli_command, install_hint
 from statemachine.exceptions import NotAnEventLogError, SchemaVersionError, StoreError
@@ -25,12 +26,21 @@ from statemachine.log.dialect import WRITER, backend_of
 from statemachine.log.engine import describe, translated
 from statemachine.log.schema import TABLE_NAMES, experiments
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
 #: Key of the lock that serialises concurrent upgrades (PostgreSQL: an advisory lock).
 _MIGRATION_LOCK = 0x5EED_1060
 
 
 #: Alembic's version table (its default name; env.py keeps it).
 _VERSION_TABLE = "alembic_version"
+_VERSION = Table(_VERSION_TABLE, MetaData(), Column("version_num", String(32)))
+
+#: Every revision of ``migrations/versions``, oldest first (the last is the head): what a
+#: database's stamp is checked against without importing Alembic. A new script adds its
+#: revision here (tests/log/test_migrations.py compares this with Alembic's own chain).
+REVISIONS = ("0001", "0002", "0003", "0004")
 
 #: The command that creates or migrates an event log without a checkout.
 UPGRADE_COMMAND = "trial-replay --db URL db upgrade"
@@ -49,6 +59,8 @@ def script_location() -> Path:
 
 def alembic_config(connection: Connection | None = None) -> Config:
     """An Alembic :class:`Config` for the packaged scripts, optionally bound to a connection."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(script_location()).replace("%", "%%"))
     if connection is not None:
@@ -56,29 +68,34 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return config
 
 
-@functools.lru_cache(maxsize=1)
-def _scripts() -> ScriptDirectory:
-    return ScriptDirectory.from_config(alembic_config())
-
-
 def head_revision() -> str:
     """The newest schema revision this code knows."""
-    head = _scripts().get_current_head()
-    assert head is not None, "the migration scripts define no revision"
-    return head
+    return REVISIONS[-1]
 
 
 def known_revisions() -> set[str]:
     """Every revision this code's scripts define."""
-    return {script.revision for script in _scripts().walk_revisions()}
+    return set(REVISIONS)
 
 
 def current_revision(bind: Engine | Connection) -> str | None:
-    """The revision a database is stamped with (``None``: never migrated). Reads only."""
+    """The revision a database is stamped with (``None``: never migrated). Reads only.
+
+    What Alembic's ``MigrationContext.get_current_revision`` reads: the one row of its
+    version table, in the connection's default schema.
+    """
     if isinstance(bind, Engine):
         with bind.connect() as conn:
             return current_revision(conn)
-    return MigrationContext.configure(bind).get_current_revision()
+    if not inspect(bind).has_table(_VERSION_TABLE):
+        return None
+    stamps = list(bind.execute(select(_VERSION.c.version_num)).scalars())
+    if len(stamps) > 1:
+        raise StoreError(
+            f"the event log's version table holds several revisions ({', '.join(stamps)}); "
+            "it was not stamped by statemachine's migrations"
+        )
+    return stamps[0] if stamps else None
 
 
 def has_event_tables(conn: Connection) -> bool:
@@ -167,6 +184,8 @@ def upgrade(engine: Engine) -> str:
                     "revision"
                 )
             if revision != head_revision():
+                from alembic import command
+
                 command.upgrade(alembic_config(conn), "head")
     return head_revision()
 
@@ -187,6 +206,8 @@ def remove(engine: Engine, experiment: str) -> bool:
             names = set(conn.execute(select(experiments.c.name)).scalars())
             if names - {experiment}:
                 return False
+            from alembic import command
+
             command.downgrade(alembic_config(conn), "base")
             Table(_VERSION_TABLE, MetaData()).drop(conn, checkfirst=True)
     return True

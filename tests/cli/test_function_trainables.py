@@ -104,3 +104,24 @@ def test_what_if_says_when_the_log_has_no_first_results(
     run = invoke("--db", db, "what-if", "fn", "--restore-phase", "until_first_report", "--json")
     (row,) = json.loads(run.stdout)["trials"]
     assert "records no first result" in row["note"]
+
+
+def test_explain_names_a_checkpoint_whose_number_started_over_after_the_restore(
+    invoke: Callable[..., Run], tmp_path: Path
+) -> None:
+    """When Ray's checkpoint numbering goes back (a restore that starts again at
+    checkpoint_000000), the newest checkpoint is worded with its iteration and the one it is
+    newer than, not as if training had gone back to the first checkpoint."""
+    path = "/r/fn/trial_f/checkpoint_{:06d}".format
+    saved = [CheckpointSaved(path(n), iteration=n + 1) for n in range(4)]
+    events = [TrialAdded(), TrialStarted(), FirstResult(iteration=1), *saved,
+              TrialFailed(TrainingError("builtins.ValueError", "training failed")),
+              TrialStarted(restore_from=path(3)), RestoreSucceeded(), FirstResult(iteration=5),
+              CheckpointSaved(path(0), iteration=5), CheckpointSaved(path(1), iteration=6),
+              TrialCompleted()]
+    steps = _steps(invoke, _log(tmp_path / "n.db", events))
+    assert "Saved checkpoint_000003." in steps  # before the restart: as always
+    assert steps[-3:-1] == [
+        f"Saved checkpoint_00000{n} at training_iteration {n + 5} (Ray's numbering started "
+        "over: this is newer than checkpoint_000003)."
+        for n in (0, 1)]

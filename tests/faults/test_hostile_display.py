@@ -294,7 +294,10 @@ def _numeric_options() -> list[tuple[list[str], str]]:
 
     found = []
     commands: list[tuple[list[str], click.Command]] = []
-    for name, command in cli.commands.items():
+    ctx = click.Context(cli)
+    for name in cli.list_commands(ctx):  # commands are imported on first use: load each
+        command = cli.get_command(ctx, name)
+        assert command is not None
         if isinstance(command, click.Group):
             commands += [([name, sub], c) for sub, c in command.commands.items()]
         else:

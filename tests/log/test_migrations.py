@@ -145,6 +145,19 @@ def test_one_source_of_migration_scripts() -> None:
     ], "migration scripts belong in statemachine/log/migrations/ (the wheel ships that folder)"
 
 
+def test_the_revisions_a_reader_checks_are_alembics_chain() -> None:
+    """Readers check a database's stamp against ``REVISIONS`` without importing Alembic: it
+    must be the scripts' chain, oldest first (a new script that is not added fails here)."""
+    from alembic.script import ScriptDirectory
+
+    from statemachine.log.migrate import REVISIONS, alembic_config
+
+    scripts = ScriptDirectory.from_config(alembic_config())
+    chain = [s.revision for s in scripts.walk_revisions()][::-1]
+    assert list(REVISIONS) == chain
+    assert head_revision() == scripts.get_current_head()
+
+
 def test_an_older_schema_opened_read_only_names_the_upgrade_command() -> None:
     url = "postgresql+psycopg://me:secret@db.example/exp"
     with pytest.raises(SchemaVersionError) as refused:

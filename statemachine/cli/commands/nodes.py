@@ -38,6 +38,9 @@ def nodes(out: Output, experiment: str | None, as_json: bool) -> int:
         out.json([{**node_row(tally, causes), "host": machine[id(tally)]}
                   for tally in tallies])
         return out.exit_code
+    if not tallies:
+        out.text(f"no trial of experiment {experiment} has started yet: no node to show")
+        return out.exit_code
     if any(host.key is None and any(t.node.node_id is None for t in host.nodes)
            for host in hosts):
         out.note("attempts recorded without a node (a log written before nodes were "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import click
@@ -28,23 +29,41 @@ def trials(
 ) -> int:
     """Per trial: status, failures, restore failures (this episode and total), preemptions,
     last error type and message, latest checkpoint."""
+    counts: dict[str, int] = {}  # every trial per status, to say what there is when none match
     with open_store(out.db) as store:
         experiment = require_experiment(store, experiment)
         if at is not None:  # time travel folds the history up to that point
             rows = [trial_row(s) for s in fold_states(store, experiment, out, at)]
+            counts = dict(Counter(r["status"] for r in rows))
             if status_filter:
                 rows = [r for r in rows if r["status"] == status_filter.upper()]
         else:  # now: the read model (snapshots plus the events after them)
-            page = read_model(store, out).trials(experiment, status=status_filter)
+            model = read_model(store, out)
+            page = model.trials(experiment, status=status_filter)
             rows = [summary_row(t) for t in page.items]
+            if not rows and status_filter and not as_json:
+                counts = model.status_counts(experiment)
     if as_json:
         out.json(rows)
+        return out.exit_code
+    if not rows:
+        when = "" if at is None else " at " + " ".join(map(str, *at.to_json().items()))
+        out.text(_none_matched(experiment, status_filter, when, counts))
         return out.exit_code
     title = f"Trials of {experiment}"
     if at is not None:
         title += f" at {next(iter(at.to_json().values()))}"
     out.table(_columns(out.wide), [_cells(r, out.wide) for r in rows], title=title)
     return out.exit_code
+
+
+def _none_matched(experiment: str, status: str | None, when: str, counts: dict[str, int]) -> str:
+    """One line instead of an empty table: what was asked, and what the experiment holds."""
+    present = ", ".join(f"{s} {counts[s]}" for s in STATUSES if counts.get(s))
+    if status is None or not present:
+        return f"experiment {experiment} {'had' if when else 'has'} no trials{when or ' yet'}"
+    return (f"no trial of experiment {experiment} {'had' if when else 'has'} status "
+            f"{status.upper()}{when} (statuses {'then' if when else 'here'}: {present})")
 
 
 def _columns(wide: bool) -> list[Column]:

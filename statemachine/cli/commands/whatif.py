@@ -114,6 +114,9 @@ def what_if(
         f"{k}={v}" if not isinstance(v, dict) else
         f"{k} " + " ".join(f"{c}={a}" for c, a in v.items())
         for k, v in json_changes(changes).items())
+    if not results:  # --trial names only trials that exist: none means no trial at all
+        out.text(f"experiment {experiment} has no trials yet: nothing to replay with {described}")
+        return out.exit_code
     out.table(
         [Column("trial"), Column("recorded", prose=True), Column("hypothetical", prose=True),
          Column("changed", 2), Column("note", 1, prose=True)],
