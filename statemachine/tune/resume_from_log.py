@@ -9,8 +9,9 @@ whole history the log holds:
 
 - an end the log saw (``TERMINATED``, ``ERROR``) that Ray's state missed is written into Ray's
   trial, with its last result (:data:`LAST_RESULT`, written as it completed, or the last row
-  of the trial folder's ``result.json``) and its newer checkpoints: a finished trial is not run again, and Ray's requeue then applies the
-  user's ``resume_errored``/``restart_errored`` to an ERROR trial as it would have;
+  of the trial folder's ``result.json``) and its newer checkpoints: a finished trial is not
+  run again, and Ray's requeue then applies the user's ``resume_errored``/``restart_errored``
+  to an ERROR trial as it would have;
 - a trial still running resumes from the newest checkpoint the log recorded whose folder is
   complete on the experiment's storage, with the metrics Ray reported with it
   (``training_iteration``) and Ray's checkpoint bookkeeping replayed.
