@@ -5,7 +5,9 @@ The log (SQLite, and PostgreSQL when reachable) holds one experiment of N trials
 (the trial life of ``benchmarks/log.py``, recorded through ``ExperimentLog`` and closed
 cleanly, so every trial has a snapshot) plus 9 experiments of N/100 trials: the shared log of
 issue 25 (N = 100,000 there; ``BENCH_READ_TRIALS`` sets N, 10,000 by default, 300 under
-``--quick``; ``BENCH_READ_DB=URL`` reads an existing log of that shape instead of building).
+``--quick``; ``BENCH_READ_DB=URL`` / ``BENCH_READ_PG_DB=URL`` read an existing log of that
+shape instead of building). On PostgreSQL the plans the listings get are printed after the
+table (which index reads ``events``, and whether any statement scans it).
 
 Paths, each a fresh interpreter, wall time and peak RSS (``VmHWM``):
 
@@ -32,6 +34,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from benchmarks.harness import Context, Stat, python
 from benchmarks.log import POLICY, life
@@ -193,6 +196,58 @@ def run(ctx: Context) -> None:
         ctx.report.say(f"read: PostgreSQL skipped ({ctx.pg_reason or 'BENCH_READ_NO_PG'})")
         return
     pg_trials = int(os.environ.get("BENCH_READ_PG_TRIALS", trials))
+    given_pg = os.environ.get("BENCH_READ_PG_DB")
+    if given_pg:
+        report(ctx, "PostgreSQL", pg_trials, measure(given_pg, ctx.rounds), given=True)
+        plans(ctx, given_pg)
+        return
     with ctx.pg_schema() as (pg, _):
         build(pg, pg_trials)
         report(ctx, "PostgreSQL", pg_trials, measure(pg, ctx.rounds))
+        plans(ctx, pg)
+
+
+def plans(ctx: Context, url: str) -> None:
+    """PostgreSQL's own plan (its statistics, sequential scans allowed) of every statement
+    the listings run on ``big``: which index each reads ``events`` through, and whether any
+    scans the table (``tests/log/test_read_plans.py`` proves an index path exists; this
+    shows the one the planner picks at this size)."""
+    from sqlalchemy import event, text
+
+    from statemachine.log import EventStore
+    from statemachine.log.read import ReadModel
+
+    with EventStore.open(url, create=False) as store:
+        captured: list[tuple[str, Any]] = []
+
+        def capture(conn: object, cursor: object, statement: str, parameters: object,
+                    context: object, executemany: bool) -> None:
+            if statement.lstrip().upper().startswith("SELECT") and "events" in statement:
+                captured.append((statement, parameters))
+
+        event.listen(store.engine, "before_cursor_execute", capture)
+        model = ReadModel(store)
+        model.experiments()
+        model.trials(BIG, status="ERROR")
+        model.trials(BIG, sort="failures", limit=100)
+        model.nodes(BIG)
+        model.changed_since(BIG, model.position(BIG) - 20)
+        event.remove(store.engine, "before_cursor_execute", capture)
+        with store.engine.connect() as conn:
+            conn.execute(text("ANALYZE"))
+            raw = conn.connection.dbapi_connection
+            seen: dict[tuple[str, str], int] = {}
+            for statement, parameters in captured:
+                cursor = raw.cursor()  # type: ignore[union-attr]
+                cursor.execute("EXPLAIN " + statement, parameters)
+                plan = [row[0] for row in cursor.fetchall()]
+                cursor.close()
+                reads = sorted({line.strip().removeprefix("->  ").split("  (")[0]
+                                for line in plan if " on events" in line})
+                key = (" ".join(statement.split())[:100], "; ".join(reads))
+                seen[key] = seen.get(key, 0) + 1
+            for (shown, how), count in seen.items():
+                scan = "Seq Scan on events" in how
+                ctx.report.say(f"read plan, {count} statement(s), "
+                               f"{'SEQUENTIAL SCAN of events' if scan else 'no seq scan'}: "
+                               f"{shown}... -> {how}")

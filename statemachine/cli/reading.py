@@ -40,7 +40,7 @@ def require_experiment(store: EventStore, name: str | None) -> str:
     holds) for an unknown name, :class:`BadInput` listing the experiments when none is given
     and the log holds several (or none).
     """
-    names = [info.name for info in store.list_experiments()]
+    names = store.experiment_names()
     if name is None:
         if len(names) == 1:
             return names[0]
@@ -61,6 +61,8 @@ def require_trial(store: EventStore, experiment: str | None, trial_id: str) -> t
     nearest ids) or :class:`BadInput` for a prefix several ids share."""
     given = experiment
     experiment = require_experiment(store, experiment)
+    if store.has_trial(experiment, trial_id):  # the id itself: no need to list every trial
+        return experiment, trial_id
     try:
         return experiment, resolve_trial_id(experiment, trial_id, store.list_trials(experiment))
     except UnknownTrialError:

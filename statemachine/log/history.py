@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from statemachine.domain.state import TrialState
 from statemachine.log.records import ExperimentInfo, FoldRow, SessionInfo, StoredEvent
@@ -21,6 +21,7 @@ __all__ = [
     "EventHistory",
     "ExportableHistory",
     "ReplayHistory",
+    "RowHistory",
     "SnapshotHistory",
     "VerifiableHistory",
 ]
@@ -79,6 +80,18 @@ class SnapshotHistory(Protocol):
         self, experiment: str, *, refold: Collection[str] = ()
     ) -> Iterable[StoredEvent]:
         """The events after each trial's usable snapshot (all of those in ``refold``)."""
+        ...
+
+
+@runtime_checkable
+class RowHistory(Protocol):
+    """A history that also hands out its rows as selected, without building records: what
+    :func:`~statemachine.log.verification.verify` reads when it can (a store does)."""
+
+    def read_event_rows(self, experiment: str) -> Iterable[Sequence[Any]]:
+        """The rows of :meth:`EventHistory.read_experiment`, each a tuple in the order of
+        :data:`~statemachine.log.mapper.EVENT_COLUMNS` (an unreadable time as
+        :class:`~statemachine.log.records.Unreadable`)."""
         ...
 
 

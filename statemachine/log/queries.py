@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, func, select
 
@@ -107,6 +108,15 @@ class Queries:
             if remaining is not None:
                 remaining -= len(rows)
 
+    def read_event_rows(self, experiment: str) -> Iterator[Any]:
+        """See :meth:`EventStore.read_event_rows`."""
+        db = self._db
+        with db.transaction("reading an experiment") as conn:
+            experiment_id = db.experiment_id(conn, experiment)
+        query = (select(*EVENT_COLUMNS).where(events.c.experiment_id == experiment_id)
+                 .order_by(events.c.position).limit(_FOLD_PAGE))
+        yield from db.pages(query, events.c.position, "reading an experiment", _FOLD_PAGE)
+
     def read_fold_rows(
         self,
         experiment: str,
@@ -126,11 +136,23 @@ class Queries:
         query = query.order_by(events.c.position).limit(_FOLD_PAGE)
         yield from db.pages(query, events.c.position, "reading an experiment", _FOLD_PAGE)
 
+    def has_trial(self, experiment: str, trial_id: str) -> bool:
+        """See :meth:`EventStore.has_trial`."""
+        db = self._db
+        with db.transaction("reading a trial") as conn:
+            return _has_trial(conn, db.experiment_id(conn, experiment), trial_id)
+
     def list_trials(self, experiment: str) -> list[str]:
         """See :meth:`EventStore.list_trials`."""
         db = self._db
         with db.transaction("listing trials") as conn:
             return _trial_ids(conn, db.experiment_id(conn, experiment))
+
+    def experiment_names(self) -> list[str]:
+        """See :meth:`EventStore.experiment_names`."""
+        with self._db.transaction("listing experiments") as conn:
+            return list(conn.execute(select(experiments.c.name)
+                                     .order_by(experiments.c.name)).scalars())
 
     def list_experiments(self) -> list[ExperimentInfo]:
         """See :meth:`EventStore.list_experiments`."""

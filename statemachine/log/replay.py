@@ -1,13 +1,14 @@
 """Replay: fold stored events back into trial states.
 
-One replay engine (:func:`_fold_trial`), through the table compiled from the ``transitions``
-machine (:mod:`statemachine.domain.compiled`, the fold a live :class:`ExperimentLog` records
-with): a trial's rows are decoded in order, up to the first that does not decode, and their
-events folded, up to the first that does not fold; that row is the trial's ``halted_at``.
-Rows come as stored events (:func:`fold_stored`, :func:`replay_trial`, ``replay_experiment``
-with steps) or, for a whole experiment without steps, as lean tuples decoded in bulk, from any
+Every fold runs the table compiled from the ``transitions`` machine
+(:mod:`statemachine.domain.compiled`, the fold a live :class:`ExperimentLog` records with): a
+trial's rows are decoded in order, up to the first that does not decode, and their events
+folded, up to the first that does not fold; that row is the trial's ``halted_at``. Rows come
+as stored events (:func:`fold_stored`, :func:`replay_trial`, ``replay_experiment`` with
+steps: :func:`_fold_trial`) or, for a whole experiment without steps, as lean tuples read in
+pages and folded as they come (:func:`_replay_lean`: one state per trial in memory), from any
 history (:mod:`.history`: a store, or anything that reads the same rows). Verification, which
-folds through the ``transitions`` machine itself, is :mod:`.verification`.
+folds again and checks every recorded column, is :mod:`.verification`.
 
 ``policy=`` replays under another retry policy (a what-if). Such a replay may reach an event
 the log holds but the new policy makes impossible (the trial already ended in ``ERROR``); the
@@ -17,11 +18,11 @@ fold stops there and says so in :attr:`TrialReplay.halted_at` instead of raising
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from statemachine.domain.compiled import apply_compiled, fold_compiled
+from statemachine.domain.compiled import apply_compiled, fold_compiled, step_compiled
 from statemachine.domain.events import Event, decode_event
 from statemachine.domain.machine import TransitionRecord
 from statemachine.domain.policy import RetryPolicy
@@ -60,33 +61,23 @@ class TrialReplay:
     halt_reason: str | None = None
 
 
-#: A stored row, or its position (read in full only when needed: :func:`_stored_at`).
-_Row = StoredEvent | int
-#: Where a trial's decoding stopped: ``(the row, why)``.
-_Halt = tuple[_Row, str]
+#: Where a trial's fold stopped: ``(the row, or its position, read in full only then by
+#: :func:`_stored_at`; why)``.
+_Halt = tuple[StoredEvent | int, str]
 
 
 def _fold_trial(
     trial_id: str,
     events: Sequence[Event],
-    rows: Sequence[_Row],
+    rows: Sequence[StoredEvent],
     policy: RetryPolicy | None,
     state: TrialState | None,
     keep_steps: bool,
-    decode_halt: _Halt | None = None,
-    read: Callable[[int], StoredEvent] | None = None,
+    decode_halt: tuple[StoredEvent, str] | None = None,
 ) -> TrialReplay:
-    """The replay engine: fold a trial's decoded ``events`` (``rows[i]`` is where
-    ``events[i]`` is stored: a row, or a position ``read`` reads) from ``state``; halt at
-    the first that does not fold, else at ``decode_halt`` (the first row that did not
-    decode)."""
-
-    def full(row: _Row) -> StoredEvent:
-        if isinstance(row, StoredEvent):
-            return row
-        assert read is not None
-        return read(row)
-
+    """Fold a trial's decoded ``events`` (``rows[i]`` is where ``events[i]`` is stored) from
+    ``state``; halt at the first that does not fold, else at ``decode_halt`` (the first row
+    that did not decode)."""
     replay = TrialReplay(trial_id, state.copy() if state is not None else TrialState(trial_id))
     if not keep_steps:
         try:
@@ -101,17 +92,16 @@ def _fold_trial(
             decode_halt = (rows[index], str(exc))
             break
         if keep_steps:
-            replay.steps.append(ReplayStep(full(rows[index]), record))
+            replay.steps.append(ReplayStep(rows[index], record))
     else:
         if decode_halt is None:
             return replay
-    row, replay.halt_reason = decode_halt
-    replay.halted_at = full(row)
+    replay.halted_at, replay.halt_reason = decode_halt
     return replay
 
 
 def _decode_rows(stored: Iterable[StoredEvent]) -> tuple[list[Event], list[StoredEvent],
-                                                         _Halt | None]:
+                                                         tuple[StoredEvent, str] | None]:
     """A trial's rows decoded in order, up to the first whose event or recorded counters do
     not decode (a row is whole only if its counters parse too)."""
     events: list[Event] = []
@@ -192,24 +182,25 @@ def _replay_lean(
     upto_time: datetime | None,
     policy: RetryPolicy | None,
 ) -> dict[str, TrialReplay]:
-    """:func:`replay_experiment` without steps, from lean rows decoded in bulk.
+    """:func:`replay_experiment` without steps, from lean rows read in pages and folded as
+    they come: memory holds one state per trial, never the rows.
 
-    Rows decode and their counters are checked in position order; a row that does not is
-    read in full and decoded as :func:`fold_stored` decodes it (the same halt, worded the
-    same); the full row of a halt is read only then.
+    Each row is decoded (and its counters checked) and folded into its trial's state; the
+    first row of a trial that does not decode or fold halts that trial, as
+    :func:`fold_stored` halts it (a row that does not decode is read in full and decoded as
+    it decodes it: the same halt, worded the same); the full row of a halt is read only then.
     """
-    pending: dict[str, list[Event]] = {}
-    positions: dict[str, list[int]] = {}
+    states: dict[str, TrialState] = {}
     halted: dict[str, _Halt] = {}
     good_counters: set[str] = set()
     loads = json.loads
+    step = step_compiled  # no record: only the state is the answer
     for position, trial_id, _seq, type_name, version, payload, counters in store.read_fold_rows(
         experiment, upto_position=upto_position, upto_time=upto_time
     ):
-        trial_events = pending.get(trial_id)
-        if trial_events is None:
-            trial_events = pending[trial_id] = []
-            positions[trial_id] = []
+        state = states.get(trial_id)
+        if state is None:
+            state = states[trial_id] = TrialState(trial_id)
         elif trial_id in halted:
             continue
         try:
@@ -231,17 +222,19 @@ def _replay_lean(
                 halted[trial_id] = halt
                 continue
             event = row.event
-        trial_events.append(event)
-        positions[trial_id].append(position)
-
-    def read(position: int) -> StoredEvent:
-        return _stored_at(store, experiment, position)
-
-    return {
-        trial_id: _fold_trial(trial_id, trial_events, positions[trial_id], policy, None, False,
-                              halted.get(trial_id), read)
-        for trial_id, trial_events in pending.items()
-    }
+        try:
+            step(state, event, policy or state.policy)
+        except InvalidTransitionError as exc:
+            halted[trial_id] = (position, str(exc))
+    replays: dict[str, TrialReplay] = {}
+    for trial_id, state in states.items():
+        replay = replays[trial_id] = TrialReplay(trial_id, state)
+        stop = halted.get(trial_id)
+        if stop is not None:
+            where, replay.halt_reason = stop
+            replay.halted_at = where if isinstance(where, StoredEvent) else _stored_at(
+                store, experiment, where)
+    return replays
 
 
 def rehydrate(store: SnapshotHistory, experiment: str) -> dict[str, TrialState]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -303,6 +304,15 @@ class EventStore:
             experiment, from_position=from_position, limit=limit, upto_time=upto_time
         )
 
+    def read_event_rows(self, experiment: str) -> Iterator[Any]:
+        """The rows of :meth:`read_experiment` as selected, without building records.
+
+        Each item is a tuple in the order of :data:`~statemachine.log.mapper.EVENT_COLUMNS`
+        (a ``recorded_at`` that does not read is :class:`~statemachine.log.records.Unreadable`);
+        what :func:`~statemachine.log.verify` checks. Read in pages, as :meth:`read_experiment`.
+        """
+        return self._queries.read_event_rows(experiment)
+
     def read_fold_rows(
         self,
         experiment: str,
@@ -321,9 +331,17 @@ class EventStore:
             experiment, upto_position=upto_position, upto_time=upto_time
         )
 
+    def has_trial(self, experiment: str, trial_id: str) -> bool:
+        """Whether the experiment has an event of trial ``trial_id`` (one index lookup)."""
+        return self._queries.has_trial(experiment, trial_id)
+
     def list_trials(self, experiment: str) -> list[str]:
         """The ids of the experiment's trials (those with at least one event), sorted."""
         return self._queries.list_trials(experiment)
+
+    def experiment_names(self) -> list[str]:
+        """The names of :meth:`list_experiments`, without counting their events."""
+        return self._queries.experiment_names()
 
     def list_experiments(self) -> list[ExperimentInfo]:
         """Every experiment in the store, by name, with its number of trials and events."""

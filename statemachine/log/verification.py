@@ -1,25 +1,32 @@
-"""Verify: fold a log through the ``transitions`` machine itself and compare with what it recorded.
+"""Verify: fold a log again and compare every row with what it recorded.
 
-The fold of :mod:`.replay` runs the table compiled from the machine; :func:`verify` triggers
-the machine, the definition, so it checks every decision the live path recorded against it.
-:class:`Verifier` takes one row at a time, from a store (:func:`verify`, through the
-:class:`~statemachine.log.history.VerifiableHistory` it reads) or from an export file being
-imported (:func:`~statemachine.log.export_file.read_export`, before anything is written).
+:func:`verify` folds through the table compiled from the ``transitions`` machine
+(:mod:`statemachine.domain.compiled`, which a property test holds equal to the machine, record
+for record and error for error); ``machine=True`` (``trial-replay verify --machine``) triggers
+the machine itself, the definition, at about ten times the cost: the same checks, the same
+findings. :class:`Verifier` takes one row at a time, from a store (:func:`verify`, through the
+:class:`~statemachine.log.history.VerifiableHistory` it reads, as lean rows when the store
+hands them out) or from an export file being imported
+(:func:`~statemachine.log.export_file.read_export`, before anything is written).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from statemachine.domain.events import Event, TrialFailed
+from statemachine.domain.compiled import apply_compiled
+from statemachine.domain.events import Event, TrialFailed, decode_event
 from statemachine.domain.machine import TransitionRecord, apply
-from statemachine.domain.state import TrialState
+from statemachine.domain.state import Counters, TrialState
 from statemachine.exceptions import EventDecodeError, InvalidTransitionError, StateMachineError
-from statemachine.log.history import VerifiableHistory
-from statemachine.log.records import INGEST_KIND, StoredEvent
+from statemachine.log.bulk import collector_paused
+from statemachine.log.history import RowHistory, VerifiableHistory
+from statemachine.log.mapper import stored_event
+from statemachine.log.records import INGEST_KIND, StoredEvent, utc
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,23 +85,6 @@ class VerifyResult:
         return self.divergence is None and not self.gaps
 
 
-def _recorded_vs(item: StoredEvent, record: TransitionRecord) -> tuple[str, Any, Any] | None:
-    checks: list[tuple[str, Any, Any]] = [
-        ("status_before", item.status_before, record.status_before.value),
-        ("status_after", item.status_after, record.status_after.value),
-        ("decision", item.decision, record.decision.value if record.decision else None),
-    ]
-    if item.status_before is None:  # appended without a record: nothing to compare
-        checks = []
-    counters = item.counters
-    if counters is not None:
-        checks.append(("counters", counters, record.counters._asdict()))
-    for name, recorded, replayed in checks:
-        if recorded != replayed:
-            return name, recorded, replayed
-    return None
-
-
 #: How far back a driver's wall clock may step (NTP) before verify calls it out of order.
 CLOCK_TOLERANCE = timedelta(seconds=5)
 
@@ -110,12 +100,18 @@ class SessionSpan:
     kind: str | None = None
 
 
+#: How many decoded payloads (and matching counters) a :class:`Verifier` keeps to reuse:
+#: rows often repeat one (``TrialStarted`` on the same node, a policy); emptied when full.
+_CACHED = 4096
+
+
 class Verifier:
     """The checks of :func:`verify`, fed one stored row at a time (in position order).
 
     Shared by :func:`verify` (rows from the store) and ``import`` (rows from the export file,
     checked before anything is written). Memory holds one state per trial, never the rows.
-    ``sessions`` (``None``: not known) enables the epoch and start-time checks.
+    ``sessions`` (``None``: not known) enables the epoch and start-time checks. ``machine``:
+    fold through the ``transitions`` machine itself instead of the table compiled from it.
     """
 
     def __init__(
@@ -124,6 +120,7 @@ class Verifier:
         *,
         snapshots: dict[str, TrialState] | None = None,
         sessions: Iterable[SessionSpan] | None = None,
+        machine: bool = False,
     ) -> None:
         self.experiment = experiment
         self.snapshots = snapshots or {}
@@ -134,69 +131,152 @@ class Verifier:
         self.divergence: Divergence | None = None
         self.gaps: list[SeqGap] = []
         self.count = self.checked = 0
+        self._apply = apply if machine else apply_compiled
         self._last_seq: dict[str, int] = {}
         self._last_position: dict[str, int] = {}
         self._last_epoch = 0
         self._last_time: dict[int, datetime] = {}
+        self._time_read: Any = None  # the last row's time as read, and as compared
+        self._time = datetime.min
+        #: ``(type, version, payload text) -> event``: decoded events are immutable values.
+        self._events: dict[tuple[Any, Any, Any], Event] = {}
+        #: ``(counters text, counters)`` pairs already found to parse and match.
+        self._matching: set[tuple[str, Counters]] = set()
 
     def feed(self, item: StoredEvent) -> None:
         """Check one row."""
+        self._check((
+            item.position, item.trial_id, item.seq, item.type_name, item.version,
+            item.payload_json, item.error_type, item.status_before, item.status_after,
+            item.decision, item.counters_json, item.epoch,
+        ), item.recorded_at, item.damage, item)  # fmt: skip
+
+    def feed_row(self, row: Sequence[Any]) -> None:
+        """Check one row selected as :data:`~statemachine.log.mapper.EVENT_COLUMNS`: what
+        :meth:`feed` of its :class:`StoredEvent` checks, without building one (a row whose
+        time does not read is fed as that record, which names the damage)."""
+        recorded_at = row[13]
+        if recorded_at != self._time_read:  # rows of one batch share their time
+            if type(recorded_at) is not datetime:
+                self.feed(stored_event(row, self.experiment))
+                return
+            self._time_read, self._time = recorded_at, utc(recorded_at)
+        self._check(row, self._time, None, None)
+
+    def _check(self, row: Sequence[Any], recorded_at: datetime, damage: str | None,
+               item: StoredEvent | None) -> None:
+        """The checks of one row: ``row`` in :data:`EVENT_COLUMNS` order (up to ``epoch``;
+        all of them without ``item``), ``item`` its record when the caller has one (else
+        built here, only to word an error)."""
+        position, trial_id, seq, type_name = row[0], row[1], row[2], row[3]
         self.count += 1
-        previous = self._last_seq.get(item.trial_id, 0)
-        if item.seq != previous + 1:
-            self.gaps.append(SeqGap(item.trial_id, previous, item.seq))
-        self._last_seq[item.trial_id] = item.seq
-        self._last_position[item.trial_id] = item.position
-        if item.trial_id in self.broken:
+        previous = self._last_seq.get(trial_id, 0)
+        if seq != previous + 1:
+            self.gaps.append(SeqGap(trial_id, previous, seq))
+        self._last_seq[trial_id] = seq
+        self._last_position[trial_id] = position
+        if trial_id in self.broken:
             return
-        state = self.states.setdefault(item.trial_id, TrialState(item.trial_id))
-        placed = self._row_found(item)  # epoch and time; the fold's own findings come first
+        state = self.states.get(trial_id)
+        if state is None:
+            state = self.states[trial_id] = TrialState(trial_id)
+        # epoch and time; the fold's own findings come first
+        placed = self._row_found(row[11], recorded_at, damage)
         found: tuple[str, Any, Any] | None
         try:
-            event = item.event
-            record = apply(state, event)
-            found = _recorded_vs(item, record) or _error_type_vs(item, event, record)
+            event = self._event(row, item)
+            record = self._apply(state, event)
+            found = self._recorded_vs(row, item, record) or _error_type_vs(
+                row[7], row[6], event, record)
         except EventDecodeError as exc:
-            found = ("event", item.type_name, str(exc))
+            found = ("event", type_name, str(exc))
         except InvalidTransitionError as exc:
-            found = ("transition", item.status_before, str(exc))
+            found = ("transition", row[7], str(exc))
         found = found or placed
-        snapshot = self.snapshots.get(item.trial_id)
+        snapshot = self.snapshots.get(trial_id)
         if found is None and snapshot is not None and snapshot.seq == state.seq:
             self.checked += 1
             if snapshot != state:
                 found = ("snapshot", snapshot.to_dict(), state.to_dict())
         if found is not None:
-            self._diverged(item.position, item.trial_id, item.seq, found)
-        elif item.damage is not None and self.divergence is None:
+            self._diverged(position, trial_id, seq, found)
+        elif damage is not None and self.divergence is None:
             # A broken recorded column (not the event): named, the trial still folds on.
-            self.divergence = Divergence(item.position, item.trial_id, item.seq,
-                                         "recorded_at", item.damage, None)
+            self.divergence = Divergence(position, trial_id, seq, "recorded_at", damage, None)
 
-    def _row_found(self, item: StoredEvent) -> tuple[str, Any, Any] | None:
+    def _stored(self, row: Sequence[Any], item: StoredEvent | None) -> StoredEvent:
+        """The row's record: its reads of the payload and counters word every error."""
+        return item if item is not None else stored_event(row, self.experiment)
+
+    def _event(self, row: Sequence[Any], item: StoredEvent | None) -> Event:
+        """The row's event, as :attr:`StoredEvent.event` decodes it (and raises)."""
+        key = (row[3], row[4], row[5])
+        event = self._events.get(key)
+        if event is not None:
+            return event
+        try:
+            data = json.loads(row[5])
+            event = decode_event(row[3], row[4], data) if type(data) is dict else None
+        except (EventDecodeError, TypeError, ValueError):
+            event = None
+        if event is None:  # a broken row: its record says how, in its own words
+            event = self._stored(row, item).event
+        if len(self._events) >= _CACHED:
+            self._events.clear()
+        self._events[key] = event
+        return event
+
+    def _recorded_vs(self, row: Sequence[Any], item: StoredEvent | None,
+                     record: TransitionRecord) -> tuple[str, Any, Any] | None:
+        """The recorded status, decision and counters against the fold's ``record`` (the
+        counters parsed first: a row whose counters do not parse is an ``event`` finding)."""
+        text = row[10]
+        counters: Any = None
+        if text is not None and (text, record.counters) not in self._matching:
+            counters = self._stored(row, item).counters
+        status_before = row[7]
+        # (Status and Decision are str enums: a recorded text equals its member.)
+        if status_before is not None:  # appended without a record: nothing to compare
+            if status_before != record.status_before:
+                return "status_before", status_before, record.status_before.value
+            if row[8] != record.status_after:
+                return "status_after", row[8], record.status_after.value
+            if row[9] != (record.decision or None):
+                return "decision", row[9], record.decision.value if record.decision else None
+        if counters is not None:
+            replayed = record.counters._asdict()
+            if counters != replayed:
+                return "counters", counters, replayed
+            if len(self._matching) >= _CACHED:
+                self._matching.clear()
+            self._matching.add((text, record.counters))
+        return None
+
+    def _row_found(self, epoch: int, recorded_at: datetime,
+                   damage: str | None) -> tuple[str, Any, Any] | None:
         """The row's epoch and time against the sessions and the rows before it."""
-        timed = item.damage is None  # an unreadable time is reported as the row's damage
+        timed = damage is None  # an unreadable time is reported as the row's damage
         if self.sessions is not None:
-            session = self.sessions.get(item.epoch)
+            session = self.sessions.get(epoch)
             if session is None:
-                return ("epoch", item.epoch, f"one of the sessions' epochs {sorted(self.sessions)}")
+                return ("epoch", epoch, f"one of the sessions' epochs {sorted(self.sessions)}")
             if timed and session.kind != INGEST_KIND \
-                    and item.recorded_at < session.started_at - CLOCK_TOLERANCE:
-                return ("recorded_at", item.recorded_at.isoformat(),
-                        f"not before its session (epoch {item.epoch}) started at "
+                    and recorded_at < session.started_at - CLOCK_TOLERANCE:
+                return ("recorded_at", recorded_at.isoformat(),
+                        f"not before its session (epoch {epoch}) started at "
                         f"{session.started_at.isoformat()}")  # fmt: skip
-        if item.epoch < self._last_epoch:
-            return ("epoch", item.epoch,
+        if epoch < self._last_epoch:
+            return ("epoch", epoch,
                     f">= {self._last_epoch} (an earlier row's epoch: a fenced driver's row)")
-        self._last_epoch = item.epoch
-        last_time = self._last_time.get(item.epoch)
+        self._last_epoch = epoch
+        last_time = self._last_time.get(epoch)
         if not timed:
             return None
-        if last_time is not None and item.recorded_at < last_time - CLOCK_TOLERANCE:
-            return ("recorded_at", item.recorded_at.isoformat(),
+        if last_time is not None and recorded_at < last_time - CLOCK_TOLERANCE:
+            return ("recorded_at", recorded_at.isoformat(),
                     f"not before the previous row of the same session ({last_time.isoformat()})")
-        if last_time is None or item.recorded_at > last_time:
-            self._last_time[item.epoch] = item.recorded_at
+        if last_time is None or recorded_at > last_time:
+            self._last_time[epoch] = recorded_at
         return None
 
     def _diverged(
@@ -226,15 +306,15 @@ class Verifier:
 
 
 def _error_type_vs(
-    item: StoredEvent, event: Event, record: TransitionRecord
+    status_before: str | None, error_type: str | None, event: Event, record: TransitionRecord
 ) -> tuple[str, Any, Any] | None:
     """The ``error_type`` column against the error the event and its transition carry."""
-    error = record.error if item.status_before is not None else None
+    error = record.error if status_before is not None else None
     if error is None and isinstance(event, TrialFailed):
         error = event.error
     expected = error.kind if error is not None else None
-    if item.error_type != expected:
-        return ("error_type", item.error_type, expected)
+    if error_type != expected:
+        return ("error_type", error_type, expected)
     return None
 
 
@@ -247,8 +327,8 @@ def session_spans(store: VerifiableHistory, experiment: str) -> list[SessionSpan
         return None
 
 
-def verify(store: VerifiableHistory, experiment: str) -> VerifyResult:
-    """Fold the experiment's log with the live code path and compare with what it recorded.
+def verify(store: VerifiableHistory, experiment: str, *, machine: bool = False) -> VerifyResult:
+    """Fold the experiment's log again and compare with what it recorded.
 
     Checks, in global position order: every row decodes, every event is a valid transition,
     every recorded status/decision/counters and ``error_type`` equals the fold's, every
@@ -258,12 +338,22 @@ def verify(store: VerifiableHistory, experiment: str) -> VerifyResult:
     the trial's sequence numbers have no gap, and every usable snapshot equals the fold at
     its seq (a snapshot ahead of its trial's last event diverges). Reports the first
     divergence (by position) and every gap; trials after their divergence are not folded on.
+
+    The fold runs the table compiled from the ``transitions`` machine (the live path's), or
+    with ``machine`` the machine itself. Rows are read in pages and checked as they come:
+    memory holds one state per trial.
     """
     verifier = Verifier(
         experiment,
         snapshots=store.load_snapshots(experiment),
         sessions=session_spans(store, experiment),
+        machine=machine,
     )
-    for item in store.read_experiment(experiment):
-        verifier.feed(item)
+    with collector_paused():
+        if isinstance(store, RowHistory):
+            for row in store.read_event_rows(experiment):
+                verifier.feed_row(row)
+        else:
+            for item in store.read_experiment(experiment):
+                verifier.feed(item)
     return verifier.result()

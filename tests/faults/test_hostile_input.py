@@ -250,6 +250,8 @@ def test_broken_rows_are_reported_by_verify_and_the_cli(log_copy: Path, breakage
 
     code, out, err = run_cli("--db", log_copy, "verify", EXP)
     assert code == 1 and "Traceback" not in err
+    # Through the Machine itself: the same finding, in the same words.
+    assert run_cli("--db", log_copy, "verify", EXP, "--machine") == (code, out, err)
     (line,) = err.strip().splitlines()
     assert line.startswith("trial-replay: verify failed: fixture_exp:")
     assert trial_id in line
