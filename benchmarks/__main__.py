@@ -38,6 +38,8 @@ SECTIONS = {
     "scaleout": ("benchmarks.scaleout", "8 drivers appending to one PostgreSQL at once"),
     "tune": ("benchmarks.tune_overhead", "a Ray Tune run with and without the callback"),
     "tune-busy": ("benchmarks.tune_busy", "a busy Tune driver: 100 trials x 50 checkpoints"),
+    "resume": ("benchmarks.resume", "a driver crash and resume: iterations redone, with and "
+               "without the callback"),
     "upload": ("benchmarks.log_upload", "the log's copy to S3: upload cost, what the loop pays"),
     "ingest": ("benchmarks.ingest", "ingest of a 1,000-trial Ray folder vs a raw read"),
     "advise": ("benchmarks.advise", "advise: 100 policies swept over a 10,000-trial experiment"),
@@ -46,7 +48,7 @@ SECTIONS = {
 }
 #: Left out of ``--quick`` unless named with ``--section`` (Ray start-up alone takes ~10 s;
 #: ``upload`` starts an S3 server and has its own quick test).
-NOT_QUICK = ("tune", "tune-busy", "upload")
+NOT_QUICK = ("tune", "tune-busy", "resume", "upload")
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

@@ -57,7 +57,7 @@ from statemachine.tune.ray_surface import checkpoint_manager as ray_checkpoints
 from statemachine.tune.ray_surface import requeue
 from statemachine.tune.ray_surface import trials as ray_trial
 from statemachine.tune.recorder import Recorder
-from statemachine.tune.resume_from_log import advance
+from statemachine.tune.resume_from_log import advance, save_last_result
 from statemachine.tune.status_changes import StatusChanges
 from statemachine.tune.steering import Steering
 from statemachine.tune.tracking import TrialTracker
@@ -364,12 +364,12 @@ class EventLogCallback(CallbackCounts, Callback):
     def on_trial_complete(self, iteration: int | None = None, trials: list[Any] | None = None,
                           trial: Any = None, **info: Any) -> None:
         """The trial finished (RUNNING) or was stopped before it could (otherwise)."""
-        if trial is None:
-            return
-        state = self._track(trial)
+        state = None if trial is None else self._track(trial)
         if state is None or not state.status.is_live:
             return
         if state.status is Status.RUNNING:
+            if self.resume_from_log:
+                save_last_result(trial)
             self._record(trial, TrialCompleted())
         else:
             self._record(trial, TrialStopped(reason=f"stopped while {state.status.value}"))

@@ -8,9 +8,10 @@ requeue of the trials (:mod:`statemachine.tune.ray_surface.requeue`), for each t
 whole history the log holds:
 
 - an end the log saw (``TERMINATED``, ``ERROR``) that Ray's state missed is written into Ray's
-  trial, with its last result (the last row of the trial folder's ``result.json``) and its
-  newer checkpoints: a finished trial is not run again, and Ray's requeue then applies the
-  user's ``resume_errored``/``restart_errored`` to an ERROR trial as it would have;
+  trial, with its last result (:data:`LAST_RESULT`, written as it completed, or the last row
+  of the trial folder's ``result.json``) and its newer checkpoints: a finished trial is not
+  run again, and Ray's requeue then applies the user's ``resume_errored``/``restart_errored``
+  to an ERROR trial as it would have;
 - a trial still running resumes from the newest checkpoint the log recorded whose folder is
   complete on the experiment's storage, with the metrics Ray reported with it
   (``training_iteration``) and Ray's checkpoint bookkeeping replayed.
@@ -46,7 +47,13 @@ from statemachine.tune.tracking import TrialTracker
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ResumePlan", "advance", "end_to_keep", "last_rows", "plan_resume"]
+__all__ = ["LAST_RESULT", "ResumePlan", "advance", "end_to_keep", "last_rows", "plan_resume",
+           "save_last_result"]
+
+#: The trial's last result, written by the callback into the trial's folder on storage as it
+#: completes (:func:`save_last_result`): Ray copies ``result.json`` to storage only with its
+#: experiment state, so after a crash a trial that ended since has no rows there.
+LAST_RESULT = "statemachine_last_result.json"
 
 #: Why newer work the log knows is redone anyway (``ResumeNotAdvanced.reason``).
 TURNED_OFF = "the user turned it off (EventLogCallback(resume_from_log=False))"
@@ -197,6 +204,9 @@ def advance(trials: list[Any], tracker: TrialTracker, *, enabled: bool = True) -
         if plan.finished is None and not plan.newer:
             continue
         last, named = last_rows(ray_trial.read_trial_file(trial, "result.json"))
+        if plan.finished is not None:
+            saved, _ = last_rows(ray_trial.read_trial_file(trial, LAST_RESULT))
+            last = saved if saved and _iteration(saved) >= _iteration(last) else last
         iterations = _iterations(events or _events(tracker, trial))
         applied = _checked(trial, plan, last, named, iterations)
         before = _iteration(ray_checkpoints.checkpoint_metrics(trial))
@@ -223,6 +233,16 @@ def advance(trials: list[Any], tracker: TrialTracker, *, enabled: bool = True) -
         if applied.missing is not None:
             tracker.record(trial, ResumeNotAdvanced(checkpoint=state.latest_checkpoint,
                                                     reason=applied.missing))
+
+
+def save_last_result(trial: Any) -> None:
+    """Write the trial's last result (JSON, as Ray's ``result.json`` rows) to
+    :data:`LAST_RESULT` in its folder on storage, for a resume after a crash."""
+    row = ray_trial.last_result(trial)
+    if row and not ray_trial.write_trial_file(
+            trial, LAST_RESULT, json.dumps(row, default=str).encode()):
+        logger.warning("statemachine: trial %s: could not write its last result to %s",
+                       ray_trial.trial_id(trial), LAST_RESULT)
 
 
 def _events(tracker: TrialTracker, trial: Any) -> list[Event]:

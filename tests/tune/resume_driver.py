@@ -2,7 +2,9 @@
 
 usage: python resume_driver.py fit|restore STORAGE NAME CTL WITH_CALLBACK KIND OUT_JSON
 
-``fit`` starts 4 trials x ``ITERS`` iterations (2 at a time), a checkpoint every iteration;
+``fit`` starts ``TRIALS`` trials x ``ITERS`` iterations of ``STEP_S`` seconds (2 at a time;
+``$RESUME_TRIALS``, ``$RESUME_ITERS``, ``$RESUME_STEP_S``, default 4 x 8 of 0.4 s), a
+checkpoint every iteration;
 the test SIGKILLs it. ``restore`` continues with ``Tuner.restore`` and writes, per trial,
 ``[status, training_iteration of its last result, its checkpoint's folder name]`` from the
 ``ResultGrid``. KIND is ``function`` or ``class``; WITH_CALLBACK ``0`` (plain Ray), ``1``
@@ -23,6 +25,8 @@ from resume_trainables import ClassCounted, function_counted
 from statemachine.tune import CheckpointConfig, RunConfig
 
 ITERS = int(os.environ.get("RESUME_ITERS", "8"))
+TRIALS = int(os.environ.get("RESUME_TRIALS", "4"))
+STEP_S = float(os.environ.get("RESUME_STEP_S", "0.4"))
 
 
 def main(mode: str, storage: str, name: str, ctl: str, with_callback: str, kind: str,
@@ -42,8 +46,8 @@ def main(mode: str, storage: str, name: str, ctl: str, with_callback: str, kind:
                 callbacks.append(EventLogCallback(resume_from_log=with_callback != "off"))
             tuner = tune.Tuner(
                 trainable,
-                param_space={"ctl": ctl, "iters": ITERS, "step_s": 0.4,
-                             "x": tune.grid_search([1, 2, 3, 4])},
+                param_space={"ctl": ctl, "iters": ITERS, "step_s": STEP_S,
+                             "x": tune.grid_search(list(range(1, TRIALS + 1)))},
                 tune_config=tune.TuneConfig(max_concurrent_trials=2),
                 run_config=RunConfig(name=name, storage_path=storage, callbacks=callbacks,
                                      verbose=0, checkpoint_config=checkpoints,

@@ -105,6 +105,10 @@ def test_a_planted_password_never_shows(
         assert "CredentialsNotFoundError: the event log URL" in refused
         assert "STATEMACHINE_DB_URL (not set), PGPASSWORD (not set)" in refused
         assert not (tmp_path / "x").exists()
+        # The first driver was killed while restore attempt 3 hung, after 2 failed ones (as in
+        # the driver-crash test); so a failure below is the restored run's, not the first's.
+        assert scenario.before == 3, (
+            f"{scenario}\nthe restore without the password printed:\n{refused[-3000:]}")
         # With STATEMACHINE_DB_URL the restored run keeps its budgets as always.
         assert scenario.after == 2 and list(scenario.result.values()) == [["ERROR", 3]], (
             f"{scenario}\nthe restore without the password printed:\n{refused[-3000:]}")

@@ -111,7 +111,9 @@ by :mod:`statemachine.tune.resume_from_log`), all checked in the source of 2.40.
 - the moment to do it (:mod:`.requeue`): ``TuneController._requeue_restored_trials(trials,
   resume_config)`` (private, wrapped once per process: the controller's restored trials go to
   a hook before Ray requeues them) and ``controller._callbacks._callbacks`` (the
-  ``CallbackList``'s list, read): ``install``. Same.
+  ``CallbackList``'s list, read) and, after the requeue, for each trial the hook ended,
+  ``controller._search_alg.on_trial_complete(trial_id, result, error)`` (called, as Ray does
+  when a trial ends): ``install``. Same.
 - the trial (:mod:`.trials`): ``trial.status`` (written, before the requeue, with
   ``invalidate_json_state()``): ``set_restored_status``; ``run_metadata.last_result`` and
   ``.last_result_time`` (written, ``invalidate_cache()``): ``set_last_result``;
@@ -119,7 +121,8 @@ by :mod:`statemachine.tune.resume_from_log`), all checked in the source of 2.40.
   relative to the trial's folder): ``set_error_files``; ``run_metadata.last_result`` (read):
   ``last_result``, ``last_iteration``; the trial's folder on its storage filesystem
   (``get_file_info``, ``open_input_stream``, read): ``trial_folder_names``,
-  ``read_trial_file``, ``folder_files``. Same.
+  ``read_trial_file``, ``folder_files``; (``create_dir``, ``open_output_stream``, written:
+  the log's own file beside Ray's, never one of Ray's): ``write_trial_file``. Same.
 - the checkpoints (:mod:`.checkpoint_manager`): ``_CheckpointManager.register_checkpoint``
   (called with a ``_TrainingResult(Checkpoint(path, filesystem), metrics)``, as
   ``Trial.on_checkpoint`` does), ``trial.storage.current_checkpoint_index`` (written: the

@@ -10,6 +10,12 @@ newer checkpoint: :mod:`statemachine.tune.resume_from_log`); Ray's requeue then 
 user's resume options to what they wrote. Reads ``controller._callbacks._callbacks`` (the
 ``CallbackList``'s list, same in both). Installed once per process, idempotently; a hook that
 raises is reported, never stops the restore.
+
+A trial the hook ended (kept TERMINATED or ERROR as the log saw it) was live in the search
+algorithm's restored state, saved with Ray's older experiment state: after Ray's requeue, each
+one still ended is reported to ``controller._search_alg.on_trial_complete(trial_id, result,
+error)`` (same in both), as Ray does when a trial ends; otherwise a searcher that limits
+concurrency (``TuneConfig(max_concurrent_trials)``) waits for it forever.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["install", "installed"]
 
 _MARK = "__statemachine_requeue__"
+_ENDED = ("TERMINATED", "ERROR")
 
 #: Called with (the controller's callbacks, the restored trials) before Ray requeues them.
 RequeueHook = Callable[[list[Any], list[Any]], None]
@@ -46,13 +53,30 @@ def install(hook: RequeueHook) -> None:
 
     @functools.wraps(original)
     def requeue(self: Any, trials: list[Any], resume_config: Any) -> Any:
+        before = [(trial, trial.status) for trial in trials]
         try:
             callbacks = list(getattr(self._callbacks, "_callbacks", []) or [])
             hook(callbacks, list(trials))
         except Exception:  # never stops Ray's restore
             logger.exception("statemachine: reading the restored trials failed; Ray's saved "
                              "state is used as it is")
-        return original(self, trials, resume_config)
+        ended = [t for t, status in before if t.status != status and t.status in _ENDED]
+        requeued = original(self, trials, resume_config)
+        for trial in ended:
+            if trial.status in _ENDED:  # not resumed (resume_errored) by the requeue
+                _report_end(self, trial)
+        return requeued
 
     setattr(requeue, _MARK, True)
     TuneController._requeue_restored_trials = requeue  # type: ignore[method-assign]
+
+
+def _report_end(controller: Any, trial: Any) -> None:
+    """Tell the controller's search algorithm that ``trial`` ended, as Ray does."""
+    try:
+        controller._search_alg.on_trial_complete(
+            trial.trial_id, result=dict(trial.last_result or {}),
+            error=trial.status == _ENDED[1])
+    except Exception:  # a searcher that refuses it: Ray's run goes on as it can
+        logger.exception("statemachine: could not tell the search algorithm that trial %s "
+                         "ended", trial.trial_id)

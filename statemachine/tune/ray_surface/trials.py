@@ -221,6 +221,18 @@ def read_trial_file(trial: Trial, name: str) -> bytes | None:
         return None
 
 
+def write_trial_file(trial: Trial, name: str, data: bytes) -> bool:
+    """Write ``name`` into the trial's folder on storage; whether it was written."""
+    try:
+        fs = storage_filesystem(trial)
+        fs.create_dir(trial_path(trial), recursive=True)
+        with fs.open_output_stream(f"{trial_path(trial)}/{name}") as f:
+            f.write(data)
+    except Exception:  # a storage that cannot be written: the resume falls back, says so
+        return False
+    return True
+
+
 def folder_files(trial: Trial, path: str) -> int | None:
     """How many files the folder ``path`` holds on the trial's storage (recursively);
     ``None`` when it is not a folder (missing, a file, unreadable)."""
