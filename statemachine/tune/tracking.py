@@ -12,8 +12,8 @@ creates it again, with the same id and config but a new folder (Ray names it wit
 and it runs from scratch. No Tune hook sees it before its actor starts, so the log's newer
 work cannot be written into it: the first time the driver sees it, if the log holds work for
 it (a checkpoint, an end), ``ResumeNotAdvanced`` says why that work is redone
-(:data:`REGENERATED`); an ended one is then a new incarnation as above. Everything the callback, the steering and the node
-avoidance record goes through :meth:`TrialTracker.record`.
+(:data:`REGENERATED`); an ended one is then a new incarnation as above. Everything the
+callback, the steering and the node avoidance record goes through :meth:`TrialTracker.record`.
 """
 
 from __future__ import annotations
