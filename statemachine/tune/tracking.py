@@ -4,8 +4,16 @@ A trial enters the log with ``TrialAdded`` (its config, JSON-safe) the first tim
 sees it. After the driver's first step has aligned the log with the trials ``Tuner.restore``
 brought back (:mod:`statemachine.tune.after_restore`), another Ray ``Trial`` object behind the
 id of a trial that ended, one that never ran, is a new trial reusing the id: recorded as a new
-incarnation (``TrialRecreated``). Everything the callback, the steering and the node
-avoidance record goes through :meth:`TrialTracker.record`.
+incarnation (``TrialRecreated``).
+
+A trial Ray created after its last save of the experiment state is not among the trials
+``Tuner.restore`` brings back: Ray's search algorithm (its state saved at the same time)
+creates it again, with the same id and config but a new folder (Ray names it with the time),
+and it runs from scratch. No Tune hook sees it before its actor starts, so the log's newer
+work cannot be written into it: the first time the driver sees it, if the log holds work for
+it (a checkpoint, an end), ``ResumeNotAdvanced`` says why that work is redone
+(:data:`REGENERATED`); an ended one is then a new incarnation as above. Everything the
+callback, the steering and the node avoidance record goes through :meth:`TrialTracker.record`.
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ import json
 import logging
 from typing import Any
 
-from statemachine.domain.events import Event, TrialAdded, TrialRecreated
+from statemachine.domain.events import Event, ResumeNotAdvanced, TrialAdded, TrialRecreated
 from statemachine.domain.machine import TransitionRecord
 from statemachine.domain.state import TrialState
 from statemachine.tune.ray_surface import trials as ray_trial
@@ -23,7 +31,12 @@ from statemachine.tune.recorder import Recorder
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TrialTracker", "json_safe"]
+__all__ = ["REGENERATED", "TrialTracker", "json_safe"]
+
+#: Why the work the log knows for a trial Ray created after its last save is redone.
+REGENERATED = ("Ray's saved experiment state predates the trial: its search algorithm "
+               "created it again after the restore (same id, a new folder) and it runs from "
+               "scratch")
 
 
 def json_safe(config: Any) -> dict[str, Any]:
@@ -55,6 +68,7 @@ class TrialTracker:
         the same trials as before the restart, never new ones behind a reused id."""
         # the Ray Trial object recorded behind each id (a new object: maybe a new trial)
         self._objects: dict[str, int] = {}
+        self._regenerated: set[str] = set()
         self._trials_seen = 0
 
     def _open(self) -> Recorder:
@@ -74,7 +88,15 @@ class TrialTracker:
         if state is None:
             recorder.record(trial_id, TrialAdded(config=json_safe(ray_trial.config(trial))))
             state = recorder.state(trial_id)
-        elif (self.reconciled and self._objects.get(trial_id) != id(trial)
+        elif self._is_regenerated(trial_id, trial, state):
+            self._regenerated.add(trial_id)
+            logger.warning("statemachine: trial %s was created after Ray's last save of the "
+                           "experiment state: it runs again from scratch although the log "
+                           "holds its work", trial_id)
+            recorder.record(trial_id, ResumeNotAdvanced(checkpoint=state.latest_checkpoint,
+                                                        reason=REGENERATED))
+            state = recorder.state(trial_id)
+        if state is not None and (self.reconciled and self._objects.get(trial_id) != id(trial)
                 and state.status.is_terminal and ray_trial.never_ran(trial)):
             # Another Ray trial behind the id of an ended one: a new incarnation of the id.
             logger.warning("statemachine: trial %s is a new trial behind the id of one that "
@@ -85,6 +107,14 @@ class TrialTracker:
         if self.reconciled:
             self._objects[trial_id] = id(trial)
         return state
+
+    def _is_regenerated(self, trial_id: str, trial: Any, state: TrialState) -> bool:
+        """Whether ``trial`` is one Ray's search algorithm created again after a restore, for
+        an id whose work the log holds (seen once per id)."""
+        return (bool(self.from_ray_state) and trial_id not in self.from_ray_state
+                and trial_id not in self._regenerated and trial_id not in self._objects
+                and (bool(state.checkpoints) or state.status.is_terminal)
+                and ray_trial.never_ran(trial))
 
     def remember(self, trial: Any) -> None:
         """``trial`` is the Ray object behind its id (a restored trial, while reconciling)."""
