@@ -222,7 +222,7 @@ def plans(ctx: Context, url: str) -> None:
 
         def capture(conn: object, cursor: object, statement: str, parameters: object,
                     context: object, executemany: bool) -> None:
-            if statement.lstrip().upper().startswith("SELECT") and "events" in statement:
+            if statement.lstrip().upper().startswith(("SELECT", "WITH")) and "events" in statement:
                 captured.append((statement, parameters))
 
         event.listen(store.engine, "before_cursor_execute", capture)

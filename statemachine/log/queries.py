@@ -15,6 +15,7 @@ from sqlalchemy import Connection, func, select
 from statemachine.exceptions import UnknownTrialError, close_matches
 from statemachine.log.connections import Connections
 from statemachine.log.engine import chunks
+from statemachine.log.heads import trial_heads
 from statemachine.log.mapper import (
     EVENT_COLUMNS,
     FOLD_COLUMNS,
@@ -156,18 +157,27 @@ class Queries:
 
     def list_experiments(self) -> list[ExperimentInfo]:
         """See :meth:`EventStore.list_experiments`."""
+        # Each trial's head by index probes (the trials' count, not the events', sets the
+        # cost); the last event's time through the (experiment_id, position) index.
+        heads = trial_heads(None)
         counts = (
-            select(
-                events.c.experiment_id,
-                func.count(func.distinct(events.c.trial_id)).label("trials"),
-                func.count().label("events"),
-                func.max(events.c.recorded_at).label("last"),
-            )
-            .group_by(events.c.experiment_id)
+            select(heads.c.experiment_id, func.count().label("trials"),
+                   func.sum(heads.c.last_seq).label("events"))
+            .group_by(heads.c.experiment_id)
             .subquery()
         )
+        newest = events.alias("newest")
+        last = (
+            select(events.c.recorded_at)
+            .where(events.c.position == select(func.max(newest.c.position))
+                   .where(newest.c.experiment_id == experiments.c.id)
+                   .correlate(experiments).scalar_subquery())
+            .correlate(experiments)
+            .scalar_subquery()
+            .label("last")
+        )
         query = (
-            select(experiments, counts.c.trials, counts.c.events, counts.c.last)
+            select(experiments, counts.c.trials, counts.c.events, last)
             .outerjoin(counts, counts.c.experiment_id == experiments.c.id)
             .order_by(experiments.c.name)
         )

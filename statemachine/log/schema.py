@@ -75,6 +75,10 @@ class TolerantDateTime(TypeDecorator[Any]):
 #: actor deaths learned after them).
 ATTEMPTS_WHERE = "type_name IN ('TrialStarted', 'TrialFailed', 'DeathCauseLearned')"
 
+#: The predicate of ``ix_events_firsts``: a trial's first event (the writer appends
+#: ``expected_seq + 1`` from 0).
+FIRSTS_WHERE = "seq = 1"
+
 #: A 64-bit autoincrementing key; SQLite only autoincrements ``INTEGER PRIMARY KEY`` (rowid).
 Position = BigInteger().with_variant(Integer(), "sqlite")
 
@@ -136,6 +140,10 @@ events = Table(
     # (revision 0004). Partial, so the other events (most of a log) never touch it.
     Index("ix_events_attempts", "experiment_id", "position",
           sqlite_where=text(ATTEMPTS_WHERE), postgresql_where=text(ATTEMPTS_WHERE)),
+    # Each trial's first event alone (revision 0005): the listings find every trial, and
+    # where it starts, from as many index entries as there are trials.
+    Index("ix_events_firsts", "experiment_id", "trial_id", "position",
+          sqlite_where=text(FIRSTS_WHERE), postgresql_where=text(FIRSTS_WHERE)),
 )
 
 snapshots = Table(

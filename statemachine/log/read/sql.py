@@ -3,7 +3,9 @@
 A trial's snapshot row answers for it when it is *fresh*: written by this machine's revision
 (:func:`~statemachine.log.snapshot.machine_version`) at the trial's last event, with its
 summary columns (revision 0004) filled in. Freshness is read from the ``(experiment, trial,
-seq)`` index of the events (each trial's last seq) joined to the snapshots by their key; the
+seq)`` index of the events (each trial's last seq, found by index probes whose count grows
+with the trials, not the events: :mod:`statemachine.log.heads`) joined to the snapshots by
+their key; the
 summary columns then filter (``WHERE status IN``) and count (``GROUP BY status``) without
 decoding a state. A trial whose row is not fresh (no snapshot, an older revision, events
 after it, a state that did not decode) is folded from its snapshot, or its start, through
@@ -20,12 +22,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Select, and_, case, func, or_, select, text
+from sqlalchemy import CTE, Connection, Subquery, and_, case, func, or_, select, text
 
 from statemachine.domain.state import TrialState
 from statemachine.exceptions import EventDecodeError
 from statemachine.log.bulk import collector_paused
 from statemachine.log.engine import chunks
+from statemachine.log.heads import trial_heads
 from statemachine.log.mapper import EVENT_COLUMNS, stored_event
 from statemachine.log.records import ExperimentInfo, utc
 from statemachine.log.schema import ATTEMPTS_WHERE, events, experiments, snapshots
@@ -61,14 +64,6 @@ class Light:
                    error.kind if error is not None else None)
 
 
-def _per_trial(experiment_id: int, first: bool) -> Select[Any]:
-    """Each trial's last seq (and the position of its first event), from the index."""
-    columns = [events.c.trial_id, func.max(events.c.seq).label("last_seq")]
-    if first:
-        columns.append(func.min(events.c.position).label("first_position"))
-    return select(*columns).where(events.c.experiment_id == experiment_id)
-
-
 def light_rows(
     db: Connections,
     experiment: str,
@@ -88,9 +83,7 @@ def light_rows(
     with db.transaction("reading the trials' states") as conn:
         experiment_id = db.experiment_id(conn, experiment)
         rows: list[Any] = []
-        for where in _trial_filters(trial_ids):
-            last = _per_trial(experiment_id, True).where(*where)
-            last_q = last.group_by(events.c.trial_id).subquery("last")
+        for last_q in _heads(experiment_id, trial_ids):
             snap = snapshots
             query = select(
                 last_q.c.trial_id, last_q.c.last_seq, last_q.c.first_position, snap.c.seq,
@@ -137,12 +130,21 @@ def light_rows(
     return lights, folded
 
 
-def _trial_filters(trial_ids: Collection[str] | None) -> Iterator[tuple[Any, ...]]:
+def _heads(experiment_id: int, trial_ids: Collection[str] | None) -> Iterator[Subquery | CTE]:
+    """Each trial's last seq and first position: every trial's by index probes
+    (:func:`~statemachine.log.heads.trial_heads`), or those of ``trial_ids`` (a chunk at a
+    time) from their own rows."""
     if trial_ids is None:
-        yield ()
+        yield trial_heads(experiment_id, first=True)
         return
     for chunk in chunks(sorted(set(trial_ids))):
-        yield (events.c.trial_id.in_(chunk),)
+        yield (
+            select(events.c.trial_id, func.max(events.c.seq).label("last_seq"),
+                   func.min(events.c.position).label("first_position"))
+            .where(events.c.experiment_id == experiment_id, events.c.trial_id.in_(chunk))
+            .group_by(events.c.trial_id)
+            .subquery("last")
+        )
 
 
 def states(db: Connections, experiment: str, trial_ids: Collection[str]) -> dict[str, TrialState]:
@@ -209,20 +211,14 @@ def status_counts(
     them).
     """
     tag = machine_version()
-    per_trial = select(
-        events.c.experiment_id, events.c.trial_id,
-        func.max(events.c.seq).label("last_seq"), func.count().label("events"),
-    )  # fmt: skip
-    if experiment_id is not None:
-        per_trial = per_trial.where(events.c.experiment_id == experiment_id)
-    last = per_trial.group_by(events.c.experiment_id, events.c.trial_id).subquery("last")
+    last = trial_heads(experiment_id)
     snap = snapshots
     fresh = case(
         (and_(snap.c.seq == last.c.last_seq, snap.c.status.is_not(None)), snap.c.status),
         else_=None,
     ).label("status")
     query = (
-        select(last.c.experiment_id, fresh, func.count(), func.sum(last.c.events))
+        select(last.c.experiment_id, fresh, func.count(), func.sum(last.c.last_seq))
         .select_from(last.outerjoin(snap, and_(
             snap.c.experiment_id == last.c.experiment_id,
             snap.c.trial_id == last.c.trial_id, snap.c.machine_version == tag,
