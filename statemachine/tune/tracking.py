@@ -13,10 +13,10 @@ and it would run from scratch. Ray's ``add_trial`` shows it to the callback firs
 (:func:`~statemachine.tune.ray_surface.requeue.install_add`), which points it at its old folder
 and newest complete checkpoint, or keeps it finished
 (:func:`~statemachine.tune.resume_from_log.advance_regenerated`, through :meth:`TrialTracker.
-regenerated`). Where that is impossible (its folder is not found, it ended in ERROR), the
-first time the driver sees it, if the log holds work for it (a checkpoint, an end),
-``ResumeNotAdvanced`` says why that work is redone (:data:`REGENERATED`); an ended one is then
-a new incarnation as above. Everything the
+regenerated`). Where that is impossible (its folder is not found, it ended in ERROR),
+``ResumeNotAdvanced`` says why the work the log holds for it (a checkpoint, an end) is redone
+(:data:`REGENERATED`; recorded here, the first time the driver sees it, if no add hook saw it
+first); an ended one is then a new incarnation as above. Everything the
 callback, the steering and the node avoidance record goes through :meth:`TrialTracker.record`.
 """
 
@@ -116,6 +116,8 @@ class TrialTracker:
         """The log's state of ``trial`` if it is one Ray's search algorithm created again after
         a restore, for an id whose work the log holds (``None`` otherwise); seen once per id:
         the caller records what it does with it."""
+        if not self.from_ray_state:  # not after a restore: nothing is created again
+            return None
         trial_id = ray_trial.trial_id(trial)
         state = self.state(trial)
         if state is None or not self._is_regenerated(trial_id, trial, state):
