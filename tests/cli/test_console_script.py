@@ -95,6 +95,17 @@ def _lines(stream: object, into: queue.Queue[str]) -> None:
         into.put(line)
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """SIGINT back to its default in the child, so Python turns it into KeyboardInterrupt.
+
+    A test run started in the background by a non-interactive shell (``.ci/run &``) has
+    SIGINT ignored, and an ignored signal stays ignored across exec: Python then installs no
+    handler and Ctrl-C (the test's SIGINT) never reaches ``tail --follow``. CI failed that way
+    once (the follower ran on until the 90 s timeout).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_tail_follow_shows_events_as_a_driver_records_them(fixture_db: Path) -> None:
     from statemachine.log import ExperimentLog
 
@@ -102,6 +113,7 @@ def test_tail_follow_shows_events_as_a_driver_records_them(fixture_db: Path) -> 
         [_script(), "--db", str(fixture_db), "tail", EXP, "--follow", "-n", "1",
          "--interval", "0.1", "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_ctrl_c_as_in_a_terminal,
     )
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=_lines, args=(proc.stdout, lines), daemon=True).start()
