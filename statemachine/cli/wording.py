@@ -289,8 +289,9 @@ def _advanced(f: Folded, event: ResumeAdvanced) -> str:
         return (f"{older} and had the trial unfinished; the log saw it end {event.finished}: "
                 f"kept {event.finished} with {_checkpoint(event.to_checkpoint)}, not run "
                 "again.")
-    return (f"{older}; resumed from {_checkpoint(event.to_checkpoint)} (Ray would have "
-            f"restored {_checkpoint(event.from_checkpoint)}).")
+    ray = (f"restored {_checkpoint(event.from_checkpoint)}" if event.from_checkpoint
+           else "run it from scratch")
+    return f"{older}; resumed from {_checkpoint(event.to_checkpoint)} (Ray would have {ray})."
 
 
 def _not_advanced(f: Folded, event: ResumeNotAdvanced) -> str:

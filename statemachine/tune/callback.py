@@ -13,7 +13,8 @@ the error seam (:mod:`.seam`) records, and when. Every other job has its module:
 its storage copy (:mod:`.log_session`), which Ray trial is which in the log (:mod:`.tracking`),
 each trial's attempt and why its actor died (:mod:`.attempts`), hookless status changes
 (:mod:`.status_changes`), Ray following a decision (:mod:`.steering`), node avoidance
-(:mod:`.avoidance`), the trials ``Tuner.restore`` brought back (:mod:`.after_restore`), every
+(:mod:`.avoidance`), the trials ``Tuner.restore`` brought back (:mod:`.after_restore`,
+:mod:`.callback_resume`), every
 read or write of Ray's objects (:mod:`.ray_surface`), the counts it keeps
 (:mod:`.callback_counts`).
 """
@@ -49,30 +50,23 @@ from statemachine.tune.callback_arguments import (
     checked_url,
 )
 from statemachine.tune.callback_counts import CallbackCounts
+from statemachine.tune.callback_resume import ResumeHooks, install_hooks
 from statemachine.tune.compat import check_ray
 from statemachine.tune.hook_guard import never_raises as _never_raises
 from statemachine.tune.hook_guard import tune_trials as _trials
 from statemachine.tune.log_session import LogSession
 from statemachine.tune.ray_surface import checkpoint_manager as ray_checkpoints
-from statemachine.tune.ray_surface import requeue
 from statemachine.tune.ray_surface import trials as ray_trial
 from statemachine.tune.recorder import Recorder
-from statemachine.tune.resume_from_log import advance, save_last_result
+from statemachine.tune.resume_from_log import save_last_result
 from statemachine.tune.status_changes import StatusChanges
 from statemachine.tune.steering import Steering
 from statemachine.tune.tracking import TrialTracker
 
 logger = logging.getLogger(__name__)
 
-def _before_requeue(callbacks: list[Any], trials: list[Any]) -> None:
-    """Ray's requeue hook (:mod:`.ray_surface.requeue`): every event log callback of the
-    controller sees the restored trials first."""
-    for callback in callbacks:
-        if isinstance(callback, EventLogCallback):
-            callback.restored(trials)
 
-
-class EventLogCallback(CallbackCounts, Callback):
+class EventLogCallback(CallbackCounts, ResumeHooks, Callback):
     """Record every trial's lifecycle in the event log and keep its budgets durable.
 
     Args:
@@ -136,7 +130,7 @@ class EventLogCallback(CallbackCounts, Callback):
         self._finished = False
         # the log was opened for Ray's requeue of restored trials, before setup()
         self._opened_for_requeue = False
-        requeue.install(_before_requeue)  # before Tuner.restore's controller resumes
+        install_hooks()  # before Tuner.restore's controller resumes
 
     def __getstate__(self) -> dict[str, Any]:
         # Never a password in the experiment state (tuner.pkl goes to shared storage): the
@@ -262,18 +256,6 @@ class EventLogCallback(CallbackCounts, Callback):
             self._reset_runtime()
         self._opened_for_requeue = False
         self._listen()
-
-    @_never_raises
-    def restored(self, trials: list[Any]) -> None:
-        """Ray restored ``trials`` from its saved state and is about to requeue them: write
-        what the log knows into them (:mod:`statemachine.tune.resume_from_log`)."""
-        if self._session is not None or not trials:
-            return
-        self._session_kind = "restore"
-        self._ensure_log(trials[0], trials)
-        self._opened_for_requeue = True
-        self._tracker.from_ray_state.update(ray_trial.trial_id(t) for t in trials)
-        advance(trials, self._tracker, enabled=self.resume_from_log)
 
     @_never_raises
     def on_step_begin(self, iteration: int | None = None, trials: list[Any] | None = None,

@@ -16,6 +16,10 @@ whole history the log holds:
   complete on the experiment's storage, with the metrics Ray reported with it
   (``training_iteration``) and Ray's checkpoint bookkeeping replayed.
 
+A trial Ray created after its last save is not among the restored trials; Ray's search
+algorithm creates it again (same id and config, a new folder) as it queues it:
+:func:`advance_regenerated` points it at its old folder first, then applies the same rules.
+
 Each adjustment is recorded (``ResumeAdvanced``), and so is newer work that is redone anyway,
 with why (``ResumeNotAdvanced``). :func:`plan_resume` is the pure rule; :func:`advance` reads
 Ray's side and applies it. Neither changes a counter or a decision: the events change nothing
@@ -43,12 +47,12 @@ from statemachine.domain.status import Status
 from statemachine.tune.ray_surface import checkpoint_manager as ray_checkpoints
 from statemachine.tune.ray_surface import trials as ray_trial
 from statemachine.tune.reconcile import ENDED_WITH_EXPERIMENT, STOPPED_BY_TUNE
-from statemachine.tune.tracking import TrialTracker
+from statemachine.tune.tracking import REGENERATED, TrialTracker
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LAST_RESULT", "ResumePlan", "advance", "end_to_keep", "last_rows", "plan_resume",
-           "save_last_result"]
+__all__ = ["LAST_RESULT", "ResumePlan", "advance", "advance_regenerated", "end_to_keep",
+           "last_rows", "plan_resume", "save_last_result"]
 
 #: The trial's last result, written by the callback into the trial's folder on storage as it
 #: completes (:func:`save_last_result`): Ray copies ``result.json`` to storage only with its
@@ -62,6 +66,7 @@ NOT_COMPLETE = "its folder on the experiment's storage is missing or empty"
 NO_METRICS = ("the log does not know the iteration it was saved at (recorded by an older "
               "statemachine), nor do Ray's result rows")
 UNKNOWN_PATH = "the checkpoint Ray restores is not one the log recorded"
+NO_RESULT = "its last result is not in its folder on the experiment's storage"
 
 _UNFINISHED = ("PENDING", "RUNNING", "PAUSED")
 
@@ -233,6 +238,50 @@ def advance(trials: list[Any], tracker: TrialTracker, *, enabled: bool = True) -
         if applied.missing is not None:
             tracker.record(trial, ResumeNotAdvanced(checkpoint=state.latest_checkpoint,
                                                     reason=applied.missing))
+
+
+def advance_regenerated(trial: Any, tracker: TrialTracker, *, enabled: bool = True) -> None:
+    """Before Ray queues ``trial``: if its search algorithm created it again after a restore
+    (:meth:`TrialTracker.regenerated`), point it at the folder the log's checkpoints name (else
+    the one experiment folder named with its id) and resume it as :func:`advance` does (an
+    end kept, the newest complete checkpoint). Otherwise the log says why its work is redone:
+    turned off, its folder not found, an ERROR end (the user's ``resume_errored`` applies only
+    to trials in Ray's state), nothing complete to resume from."""
+    state = tracker.regenerated(trial)
+    if state is None:
+        return
+    events = _events(tracker, trial)
+    folder = _old_folder(trial, state)
+    reason: str | None = REGENERATED
+    if not enabled:
+        reason = TURNED_OFF
+    elif (folder is not None and state.status is not Status.ERROR
+          and (not state.status.is_terminal or end_to_keep(events))):
+        ray_trial.point_to_folder(trial, folder)
+        if state.status.is_terminal and not (ray_trial.read_trial_file(trial, LAST_RESULT)
+                                             or ray_trial.read_trial_file(trial, "result.json")):
+            reason = f"{folder}: {NO_RESULT}"
+        else:
+            advance([trial], tracker)
+            reason = None
+        if ray_trial.never_ran(trial):  # nothing advanced (advance said why): a new folder
+            ray_trial.point_to_folder(trial, None)
+    if reason is not None:
+        tracker.record(trial, ResumeNotAdvanced(checkpoint=state.latest_checkpoint,
+                                                reason=reason))
+
+
+def _old_folder(trial: Any, state: TrialState) -> str | None:
+    """The trial's folder before the crash, under the experiment's folder: the one its newest
+    logged checkpoint is in, else the only one whose name holds its id (Ray's default names
+    ``<trainable>_<id>_<tag>_<time>``)."""
+    names = ray_trial.experiment_folder_names(trial)
+    for path in reversed(state.checkpoints):
+        parts = path.rstrip("/").rsplit("/", 2)
+        if len(parts) == 3 and parts[1] in names:
+            return parts[1]
+    marked = [name for name in names if f"_{ray_trial.trial_id(trial)}_" in f"_{name}_"]
+    return marked[0] if len(marked) == 1 else None
 
 
 def save_last_result(trial: Any) -> None:

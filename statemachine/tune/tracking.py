@@ -9,10 +9,14 @@ incarnation (``TrialRecreated``).
 A trial Ray created after its last save of the experiment state is not among the trials
 ``Tuner.restore`` brings back: Ray's search algorithm (its state saved at the same time)
 creates it again, with the same id and config but a new folder (Ray names it with the time),
-and it runs from scratch. No Tune hook sees it before its actor starts, so the log's newer
-work cannot be written into it: the first time the driver sees it, if the log holds work for
-it (a checkpoint, an end), ``ResumeNotAdvanced`` says why that work is redone
-(:data:`REGENERATED`); an ended one is then a new incarnation as above. Everything the
+and it would run from scratch. Ray's ``add_trial`` shows it to the callback first
+(:func:`~statemachine.tune.ray_surface.requeue.install_add`), which points it at its old folder
+and newest complete checkpoint, or keeps it finished
+(:func:`~statemachine.tune.resume_from_log.advance_regenerated`, through :meth:`TrialTracker.
+regenerated`). Where that is impossible (its folder is not found, it ended in ERROR),
+``ResumeNotAdvanced`` says why the work the log holds for it (a checkpoint, an end) is redone
+(:data:`REGENERATED`; recorded here, the first time the driver sees it, if no add hook saw it
+first); an ended one is then a new incarnation as above. Everything the
 callback, the steering and the node avoidance record goes through :meth:`TrialTracker.record`.
 """
 
@@ -106,6 +110,19 @@ class TrialTracker:
             state = recorder.state(trial_id)
         if self.reconciled:
             self._objects[trial_id] = id(trial)
+        return state
+
+    def regenerated(self, trial: Any) -> TrialState | None:
+        """The log's state of ``trial`` if it is one Ray's search algorithm created again after
+        a restore, for an id whose work the log holds (``None`` otherwise); seen once per id:
+        the caller records what it does with it."""
+        if not self.from_ray_state:  # not after a restore: nothing is created again
+            return None
+        trial_id = ray_trial.trial_id(trial)
+        state = self.state(trial)
+        if state is None or not self._is_regenerated(trial_id, trial, state):
+            return None
+        self._regenerated.add(trial_id)
         return state
 
     def _is_regenerated(self, trial_id: str, trial: Any, state: TrialState) -> bool:

@@ -15,6 +15,7 @@ import random
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,9 @@ from resume_trainables import executed
 from tests.tune.tunekit import HERE, kill_group, worker_pythonpath
 
 DRIVER = HERE / "resume_driver.py"
+
+#: A condition on the iterations executed so far (``(trial id, iteration)``, in order).
+When = Callable[[list[tuple[str, int]]], bool]
 
 
 @dataclass
@@ -72,11 +76,12 @@ class Crashes:
                                     stderr=subprocess.STDOUT, env=env, cwd=self.tmp,
                                     start_new_session=True)
 
-    def kill_after(self, proc: subprocess.Popen[bytes], count: int) -> None:
-        """SIGKILL ``proc`` once ``count`` iterations have been executed in all; note what
-        the log held then."""
+    def kill_after(self, proc: subprocess.Popen[bytes], count: int | When) -> None:
+        """SIGKILL ``proc`` once ``count`` iterations have been executed in all (or ``count``
+        holds of the executed iterations); note what the log held then."""
+        when = count if callable(count) else (lambda runs: len(runs) >= count)
         try:
-            while len(executed(self.ctl)) < count and proc.poll() is None:
+            while not when(executed(self.ctl)) and proc.poll() is None:
                 time.sleep(0.05)
             assert proc.poll() is None, f"the driver ended before {count} executed iterations"
         finally:
@@ -85,17 +90,21 @@ class Crashes:
         if self.callback != "0":
             self.logged_at_kills.append(last_checkpointed(f"sqlite:///{self.log_path()}"))
 
-    def run(self, kind: str, kills: int, seed: str, first: tuple[int, int] | None = None
-            ) -> dict[str, Any]:
+    def run(self, kind: str, kills: int, seed: str,
+            first: tuple[int, int] | When | None = None) -> dict[str, Any]:
         """Fit, ``kills`` seeded kills, then restore to the end; the final grid's rows.
 
         The first kill comes after ``randint(*first)`` executed iterations (default: 2 to a
-        third of them), each later one 3 to 5 iterations after the previous kill.
+        third of them; or once ``first`` holds of the executed iterations), each later one 3
+        to 5 iterations after the previous kill.
         """
         self.ctl.mkdir(parents=True)
         rng = random.Random(seed)
-        low, high = first or (2, self.trials * self.iters // 3)
-        self.kill_after(self.driver("fit", kind), rng.randint(low, high))
+        if callable(first):
+            self.kill_after(self.driver("fit", kind), first)
+        else:
+            low, high = first or (2, self.trials * self.iters // 3)
+            self.kill_after(self.driver("fit", kind), rng.randint(low, high))
         for _ in range(kills - 1):
             restore = self.driver("restore", kind)
             self.kill_after(restore, self.executed_at_kills[-1] + rng.randint(3, 5))

@@ -25,7 +25,8 @@ def _count(ctl: str, trial_id: str, iteration: int) -> None:
 
 
 def function_counted(config: dict[str, Any]) -> None:
-    """A function trainable: checkpoint (``state.json``) with every result."""
+    """A function trainable: checkpoint (``state.json``) with every result; each iteration
+    takes ``step_s`` times ``slow[str(x)]`` (default 1) seconds."""
     try:
         from ray.tune import Checkpoint, get_checkpoint, get_context, report
     except ImportError:  # Ray 2.40 has them only in ray.train
@@ -38,7 +39,7 @@ def function_counted(config: dict[str, Any]) -> None:
             start = json.loads(Path(folder, "state.json").read_text())["it"]
     trial_id = get_context().get_trial_id()
     for i in range(start + 1, config["iters"] + 1):
-        time.sleep(config["step_s"])
+        time.sleep(config["step_s"] * config.get("slow", {}).get(str(config["x"]), 1))
         _count(config["ctl"], trial_id, i)
         with tempfile.TemporaryDirectory() as folder:
             Path(folder, "state.json").write_text(json.dumps({"it": i}))

@@ -233,3 +233,39 @@ def test_the_run_summary_warns_and_names_the_file_of_events_not_written(
     assert [r["type"] for r in rows] == ["RestoreSucceeded"]
     assert rows[0]["reason"].startswith("refused by the state machine")
     assert not [r for r in caplog.records if "event log summary" in r.getMessage()]
+
+
+def test_a_trial_pointed_at_its_old_folder_keeps_it_when_ray_starts_it(
+    ray_cluster: None, tmp_path: Path
+) -> None:
+    """The Ray surface's accesses for a trial Ray's search algorithm creates again after a
+    restore (issue 27), on the installed Ray: the experiment folder's entries are listed,
+    ``point_to_folder`` makes ``Trial.init_local_path`` (called as its actor starts) keep the
+    old folder, ``None`` lets Ray name a new one as before; ``TuneController.add_trial``
+    (wrapped by ``install_add``) takes the trial alone."""
+    import inspect
+
+    from ray.train._internal.storage import StorageContext
+    from ray.tune.execution.tune_controller import TuneController
+    from ray.tune.experiment import Trial
+
+    from statemachine.tune.ray_surface import trials as ray_trial
+
+    storage = StorageContext(storage_path=str(tmp_path / "results"), experiment_dir_name="exp")
+    old = Path(storage.experiment_fs_path, "__fake_abc_00002_2_x=3_2026-12-02_17-00-00")
+    (old / "checkpoint_000001").mkdir(parents=True)
+    (old / "checkpoint_000001" / "state.json").write_text("{}")
+    Path(storage.experiment_fs_path, "experiment_state-x.json").write_text("{}")
+    again = Trial("__fake", stub=True, storage=storage, trial_id="abc_00002")
+    assert ray_trial.experiment_folder_names(again) == [old.name]  # folders only
+    ray_trial.point_to_folder(again, old.name)
+    again.init_local_path()
+    assert ray_trial.trial_path(again) == old.as_posix()
+    assert ray_trial.folder_files(again, (old / "checkpoint_000001").as_posix()) == 1
+    assert ray_trial.trial_folder_names(again) == ["checkpoint_000001"]
+    fresh = Trial("__fake", stub=True, storage=storage, trial_id="abc_00002")
+    ray_trial.point_to_folder(fresh, old.name)
+    ray_trial.point_to_folder(fresh, None)
+    fresh.init_local_path()
+    assert Path(ray_trial.trial_path(fresh)).name not in ("None", old.name)
+    assert list(inspect.signature(TuneController.add_trial).parameters) == ["self", "trial"]

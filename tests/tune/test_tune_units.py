@@ -105,6 +105,8 @@ RAY_INTERNALS = {
     "_actor_to_trial", "_staged_trials", "_actor_cache", "_resources_to_pending_trials",
     "_actor_manager", "_schedule_trial_actor", "head_bundle_is_empty", "bundles", "_kwargs",
     "_args",
+    # a trial Ray's search algorithm creates again after a restore (issue 27)
+    "relative_logdir", "trial_dir_name", "add_trial", "_requeue_restored_trials", "_search_alg",
 }
 SURFACE = REPO / "statemachine" / "tune" / "ray_surface"
 _SURFACE_MODULE = "statemachine.tune.ray_surface"

@@ -18,7 +18,8 @@ One module per job:
 - :mod:`.nodes`: the node of an actor, of a trial and of a failure;
 - :mod:`.deaths`: why an actor died, as Ray tells after the fact, and the preemption drill;
 - :mod:`.placement`: a trial's placement group factory and Tune's pending actor request;
-- :mod:`.requeue`: the restored trials, before Ray requeues them after ``Tuner.restore``.
+- :mod:`.requeue`: the restored trials, before Ray requeues them after ``Tuner.restore``, and
+  each trial before Ray queues it.
 
 Reads and writes on ``ray.tune.experiment.Trial`` (DeveloperAPI) and what it holds
 (:mod:`.trials`):
@@ -128,6 +129,15 @@ by :mod:`statemachine.tune.resume_from_log`), all checked in the source of 2.40.
   ``Trial.on_checkpoint`` does), ``trial.storage.current_checkpoint_index`` (written: the
   next checkpoint's number follows the newest), ``latest_checkpoint_result.metrics`` (read):
   ``advance_to``, ``checkpoint_metrics``. Same.
+- a trial Ray created after its last save, which its search algorithm creates again after the
+  restore (same id and config; ``Trial.__init__`` leaves ``relative_logdir`` ``None`` and
+  ``init_local_path``, at the actor's start, names a new folder only then): the moment
+  (:mod:`.requeue`), ``TuneController.add_trial(trial)`` (wrapped once per process, the hook
+  called before it, then ``_search_alg.on_trial_complete`` for a trial the hook ended):
+  ``install_add``; the folder (:mod:`.trials`), ``trial.relative_logdir`` and
+  ``trial.storage.trial_dir_name`` (written, with ``invalidate_json_state()``, as
+  ``init_local_path`` does): ``point_to_folder``; the experiment folder's entries on its
+  storage filesystem (read): ``experiment_folder_names``. Same.
 
 Outside this package Ray is used only through public names: ``ray.tune.Callback`` (base of
 :class:`~statemachine.tune.EventLogCallback`), ``ray.__version__`` and the ``Tuner``'s

@@ -16,6 +16,13 @@ algorithm's restored state, saved with Ray's older experiment state: after Ray's
 one still ended is reported to ``controller._search_alg.on_trial_complete(trial_id, result,
 error)`` (same in both), as Ray does when a trial ends; otherwise a searcher that limits
 concurrency (``TuneConfig(max_concurrent_trials)``) waits for it forever.
+
+A trial Ray created after its last save is not among the restored trials: Ray's search
+algorithm creates it again (same id and config) and ``TuneController.add_trial(trial)`` (same
+name, signature and body in both) queues it. :func:`install_add` wraps that method so the
+callbacks see each trial first, before Ray tracks its status, and can point it at the folder
+and checkpoint the log knows (:func:`statemachine.tune.resume_from_log.advance_regenerated`);
+a trial the hook ended is reported to the search algorithm after the add, as above.
 """
 
 from __future__ import annotations
@@ -27,13 +34,16 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["install", "installed"]
+__all__ = ["install", "install_add", "installed"]
 
 _MARK = "__statemachine_requeue__"
+_ADD_MARK = "__statemachine_add_trial__"
 _ENDED = ("TERMINATED", "ERROR")
 
 #: Called with (the controller's callbacks, the restored trials) before Ray requeues them.
 RequeueHook = Callable[[list[Any], list[Any]], None]
+#: Called with (the controller's callbacks, the trial) before Ray adds a trial to its queue.
+AddHook = Callable[[list[Any], Any], None]
 
 
 def installed() -> bool:
@@ -69,6 +79,31 @@ def install(hook: RequeueHook) -> None:
 
     setattr(requeue, _MARK, True)
     TuneController._requeue_restored_trials = requeue  # type: ignore[method-assign]
+
+
+def install_add(hook: AddHook) -> None:
+    """Call ``hook(callbacks, trial)`` before every ``TuneController.add_trial``."""
+    from ray.tune.execution.tune_controller import TuneController
+
+    if hasattr(TuneController.add_trial, _ADD_MARK):
+        return
+    original = TuneController.add_trial
+
+    @functools.wraps(original)
+    def add_trial(self: Any, trial: Any) -> Any:
+        before = trial.status
+        try:
+            hook(list(getattr(self._callbacks, "_callbacks", []) or []), trial)
+        except Exception:  # never stops Ray's run
+            logger.exception("statemachine: reading trial %s before Ray queued it failed",
+                             getattr(trial, "trial_id", "?"))
+        added = original(self, trial)
+        if trial.status != before and trial.status in _ENDED:
+            _report_end(self, trial)
+        return added
+
+    setattr(add_trial, _ADD_MARK, True)
+    TuneController.add_trial = add_trial  # type: ignore[method-assign]
 
 
 def _report_end(controller: Any, trial: Any) -> None:

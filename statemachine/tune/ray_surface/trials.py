@@ -19,6 +19,7 @@ __all__ = [
     "config",
     "current_checkpoint",
     "error_file",
+    "experiment_folder_names",
     "experiment_name",
     "experiment_path",
     "folder_files",
@@ -28,6 +29,7 @@ __all__ = [
     "max_failures",
     "never_ran",
     "num_failures",
+    "point_to_folder",
     "read_trial_file",
     "set_error_files",
     "set_last_result",
@@ -198,6 +200,28 @@ def set_error_files(trial: Trial, error_file: str | None, pickled_error_file: st
     metadata.error_filename = error_file
     metadata.pickled_error_filename = pickled_error_file
     metadata.invalidate_cache()
+
+
+def point_to_folder(trial: Trial, name: str | None) -> None:
+    """Make ``name`` (under the experiment's folder; ``None``: none yet) the folder of a trial
+    Ray has not started, as ``Trial.init_local_path`` does with the name it generates
+    (``relative_logdir`` and ``storage.trial_dir_name``); Ray then generates none."""
+    untyped: Any = trial
+    untyped.relative_logdir = name
+    _storage(trial).trial_dir_name = name
+    untyped.invalidate_json_state()
+
+
+def experiment_folder_names(trial: Trial) -> list[str]:
+    """The names of the folders in the experiment's folder on storage (``[]``: unreadable)."""
+    import pyarrow.fs
+
+    try:
+        infos = storage_filesystem(trial).get_file_info(
+            pyarrow.fs.FileSelector(experiment_path(trial), allow_not_found=True))
+    except Exception:  # a storage that cannot be listed has nothing to tell
+        return []
+    return sorted(info.base_name for info in infos if info.type == pyarrow.fs.FileType.Directory)
 
 
 def trial_folder_names(trial: Trial) -> list[str]:
