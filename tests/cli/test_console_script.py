@@ -131,7 +131,12 @@ def test_tail_follow_shows_events_as_a_driver_records_them(fixture_db: Path) -> 
         seen = [json.loads(lines.get(timeout=60)) for _ in range(5)]
     finally:
         proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=90)
+        try:
+            code = proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # never left running past the test
+            proc.wait()
+            raise
     assert [(e["trial_id"], e["event"]) for e in seen] == [
         ("g_live", "PolicySet"), ("g_live", "TrialAdded"), ("g_live", "TrialStarted"),
         ("g_live", "TrialFailed"), ("g_live", "TrialStarted")]
