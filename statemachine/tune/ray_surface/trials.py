@@ -212,28 +212,28 @@ def point_to_folder(trial: Trial, name: str | None) -> None:
     untyped.invalidate_json_state()
 
 
+def _listing(trial: Trial, path: str) -> list[Any]:
+    """The entries of ``path`` on the trial's storage (``[]``: none, or unreadable)."""
+    import pyarrow.fs
+
+    try:
+        return list(storage_filesystem(trial).get_file_info(
+            pyarrow.fs.FileSelector(path, allow_not_found=True)))
+    except Exception:  # a storage that cannot be listed has nothing to tell
+        return []
+
+
 def experiment_folder_names(trial: Trial) -> list[str]:
     """The names of the folders in the experiment's folder on storage (``[]``: unreadable)."""
     import pyarrow.fs
 
-    try:
-        infos = storage_filesystem(trial).get_file_info(
-            pyarrow.fs.FileSelector(experiment_path(trial), allow_not_found=True))
-    except Exception:  # a storage that cannot be listed has nothing to tell
-        return []
-    return sorted(info.base_name for info in infos if info.type == pyarrow.fs.FileType.Directory)
+    return sorted(info.base_name for info in _listing(trial, experiment_path(trial))
+                  if info.type == pyarrow.fs.FileType.Directory)
 
 
 def trial_folder_names(trial: Trial) -> list[str]:
     """The names in the trial's folder on its storage (``[]``: none, or unreadable)."""
-    import pyarrow.fs
-
-    try:
-        infos = storage_filesystem(trial).get_file_info(
-            pyarrow.fs.FileSelector(trial_path(trial), allow_not_found=True))
-    except Exception:  # a storage that cannot be listed has nothing to tell
-        return []
-    return sorted(info.base_name for info in infos)
+    return sorted(info.base_name for info in _listing(trial, trial_path(trial)))
 
 
 def read_trial_file(trial: Trial, name: str) -> bytes | None:
