@@ -111,12 +111,7 @@ class Queries:
 
     def read_event_rows(self, experiment: str) -> Iterator[Any]:
         """See :meth:`EventStore.read_event_rows`."""
-        db = self._db
-        with db.transaction("reading an experiment") as conn:
-            experiment_id = db.experiment_id(conn, experiment)
-        query = (select(*EVENT_COLUMNS).where(events.c.experiment_id == experiment_id)
-                 .order_by(events.c.position).limit(_FOLD_PAGE))
-        yield from db.pages(query, events.c.position, "reading an experiment", _FOLD_PAGE)
+        return self._paged_rows(EVENT_COLUMNS, experiment)
 
     def read_fold_rows(
         self,
@@ -126,10 +121,21 @@ class Queries:
         upto_time: datetime | None = None,
     ) -> Iterator[FoldRow]:
         """See :meth:`EventStore.read_fold_rows`."""
+        return self._paged_rows(FOLD_COLUMNS, experiment, upto_position, upto_time)
+
+    def _paged_rows(
+        self,
+        columns: Iterable[Any],
+        experiment: str,
+        upto_position: int | None = None,
+        upto_time: datetime | None = None,
+    ) -> Iterator[Any]:
+        """``columns`` of the experiment's events in position order, read in pages (the
+        experiment is looked up when the first row is asked for, as before)."""
         db = self._db
         with db.transaction("reading an experiment") as conn:
             experiment_id = db.experiment_id(conn, experiment)
-        query = select(*FOLD_COLUMNS).where(events.c.experiment_id == experiment_id)
+        query = select(*columns).where(events.c.experiment_id == experiment_id)
         if upto_position is not None:
             query = query.where(events.c.position <= upto_position)
         if upto_time is not None:
