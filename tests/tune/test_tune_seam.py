@@ -264,6 +264,9 @@ def test_a_trial_pointed_at_its_old_folder_keeps_it_when_ray_starts_it(
     assert ray_trial.folder_files(again, (old / "checkpoint_000001").as_posix()) == 1
     assert ray_trial.trial_folder_names(again) == ["checkpoint_000001"]
     fresh = Trial("__fake", stub=True, storage=storage, trial_id="abc_00002")
+    # Not started and not pointed anywhere: no folder yet, nothing in it (Ray's own
+    # ``trial_fs_path`` raises here; a TuneController built directly hands such trials over).
+    assert (ray_trial.has_folder_name(fresh), ray_trial.trial_folder_names(fresh)) == (False, [])
     ray_trial.point_to_folder(fresh, old.name)
     ray_trial.point_to_folder(fresh, None)
     fresh.init_local_path()

@@ -121,7 +121,9 @@ by :mod:`statemachine.tune.resume_from_log`), all checked in the source of 2.40.
   ``run_metadata.error_filename``/``.pickled_error_filename`` (written; Ray reads them
   relative to the trial's folder): ``set_error_files``; ``run_metadata.last_result`` (read):
   ``last_result``, ``last_iteration``; the trial's folder on its storage filesystem
-  (``get_file_info``, ``open_input_stream``, read): ``trial_folder_names``,
+  (``get_file_info``, ``open_input_stream``, read; ``storage.trial_dir_name``, read: ``None``
+  until Ray names the folder, when ``trial_fs_path`` raises): ``has_folder_name``,
+  ``trial_folder_names``,
   ``read_trial_file``, ``folder_files``; (``create_dir``, ``open_output_stream``, written:
   the log's own file beside Ray's, never one of Ray's): ``write_trial_file``. Same.
 - the checkpoints (:mod:`.checkpoint_manager`): ``_CheckpointManager.register_checkpoint``

@@ -231,8 +231,17 @@ def experiment_folder_names(trial: Trial) -> list[str]:
                   if info.type == pyarrow.fs.FileType.Directory)
 
 
+def has_folder_name(trial: Trial) -> bool:
+    """Whether Ray named the trial's folder yet (``storage.trial_dir_name``): a trial it has
+    not started has none, and its ``trial_fs_path`` raises."""
+    return _storage(trial).trial_dir_name is not None
+
+
 def trial_folder_names(trial: Trial) -> list[str]:
-    """The names in the trial's folder on its storage (``[]``: none, or unreadable)."""
+    """The names in the trial's folder on its storage (``[]``: no folder yet, none, or
+    unreadable)."""
+    if not has_folder_name(trial):
+        return []
     return sorted(info.base_name for info in _listing(trial, trial_path(trial)))
 
 
