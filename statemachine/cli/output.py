@@ -34,6 +34,8 @@ from statemachine.cli.safe_text import cell, json_safe, one_line, visible
 PIPE_WIDTH = 160
 #: A prose column (messages, notes) is never narrower than this, words permitting.
 MIN_PROSE = 16
+#: Rows of a table rendered at once (a long listing is printed block by block).
+TABLE_BLOCK_ROWS = 1000
 
 
 def dumps(data: Any) -> str:
@@ -175,21 +177,26 @@ class Output:
         ]
         cells = [[visible(v) for v in row] for row in rows]
         kept, widths = fit_columns(specs, cells, None if self.wide else self.width)
-        table = Table(title=cell(title) if title else None, title_justify="left",
-                      header_style="bold", box=box.SIMPLE_HEAD, show_edge=False,
-                      collapse_padding=False)
-        for i, w in zip(kept, widths, strict=True):
-            spec = specs[i]
-            table.add_column(Text(spec.header), justify=spec.justify, width=w,
-                             no_wrap=not spec.prose, overflow="ellipsis")
-        for row in cells:
-            table.add_row(*(
-                Text(row[i], style=STATUS_STYLE.get(row[i], "") if specs[i].status else "")
-                for i in kept
-            ))
         total = sum(widths) + _overhead(len(kept))
         console = self.console(max(total, self.width) if self.wide else None)
-        console.print(table)
+        # Rendered a block of rows at a time with the widths fitted to every row: the same
+        # text as one table, but rich holds one block's rendering, not a 100k-row table's.
+        for start in range(0, max(len(cells), 1), TABLE_BLOCK_ROWS):
+            first = start == 0
+            table = Table(title=cell(title) if title and first else None,
+                          title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
+                          show_edge=False, show_header=first, collapse_padding=False)
+            for i, w in zip(kept, widths, strict=True):
+                spec = specs[i]
+                table.add_column(Text(spec.header), justify=spec.justify, width=w,
+                                 no_wrap=not spec.prose, overflow="ellipsis")
+            for row in cells[start:start + TABLE_BLOCK_ROWS]:
+                table.add_row(*(
+                    Text(row[i], style=STATUS_STYLE.get(row[i], "") if specs[i].status
+                         else "")
+                    for i in kept
+                ))
+            console.print(table)
         hidden = [specs[i].header for i in range(len(specs)) if i not in kept]
         if hidden:
             console.print(Text(f"(not shown at this width: {', '.join(hidden)}; --wide "

@@ -17,6 +17,7 @@ import sqlite3
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -136,3 +137,35 @@ def test_fit_columns_never_squeezes_a_value_below_its_width() -> None:
     assert widths[1] >= len("message")  # the longest word (and at least a prose minimum)
     kept, widths = fit_columns(columns, rows, None)
     assert kept == [0, 1, 2] and widths == [11, 32, 30]
+
+
+def test_a_long_table_prints_block_by_block_as_one_table(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A listing of 2,500 rows prints the same text in blocks of 1,000 (rich then holds one
+    block's rendering, not the whole table's: issue 25's bounded memory) as in one table:
+    one header, the same widths, nothing between the blocks."""
+    columns = [Column("trial"), Column("status", status=True), Column("message", 1, prose=True)]
+    rows = [[f"t_{i:05d}", ("ERROR", "TERMINATED")[i % 2], f"message {'x' * (i % 40)} done"]
+            for i in range(2500)]
+    printed: list[int] = []
+    real_add_row = output.Table.add_row
+
+    def counting_add_row(self: Any, *cells: Any, **kw: Any) -> None:
+        printed.append(id(self))
+        real_add_row(self, *cells, **kw)
+
+    def render(block: int) -> str:
+        monkeypatch.setattr(output, "TABLE_BLOCK_ROWS", block)
+        out = output.Output(None)
+        out.table(columns, rows, title="Trials")
+        return capsys.readouterr().out
+
+    monkeypatch.setenv("COLUMNS", "100")
+    whole = render(10**9)
+    printed.clear()
+    monkeypatch.setattr(output.Table, "add_row", counting_add_row)
+    blocks = render(1000)
+    assert blocks == whole
+    assert whole.count("trial") == 1 and whole.count("\n") >= 2500
+    assert sorted(printed.count(t) for t in set(printed)) == [500, 1000, 1000]
