@@ -55,6 +55,7 @@ def test_every_section_prints_its_rows_beside_baselines(quick_run: tuple[str, Pa
         "per-trial open cost, 1,000 over 100 trials",
         "raw read: list, read and json-parse the same files (baseline)",
         "trial-replay ingest into a new SQLite log (one transaction)",
+        "serve: first load of /e/big",
         "Targets of the issue",
     ):
         assert row in printed, row
