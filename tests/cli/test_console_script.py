@@ -30,12 +30,13 @@ def _script() -> str:
 
 
 def _run(
-    *args: str | Path, env: dict[str, str] | None = None, cwd: Path | None = None
+    *args: str | Path, env: dict[str, str] | None = None, cwd: Path | None = None,
+    timeout: float = 120,
 ) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if k != "STATEMACHINE_DB_URL"}
     full_env.update(env or {})
     return subprocess.run([_script(), *map(str, args)], capture_output=True, text=True,
-                          timeout=120, env=full_env, check=False, cwd=cwd)
+                          timeout=timeout, env=full_env, check=False, cwd=cwd)
 
 
 def test_trials_json_through_the_console_script(fixture_db: Path) -> None:
