@@ -272,3 +272,39 @@ def test_a_trial_pointed_at_its_old_folder_keeps_it_when_ray_starts_it(
     fresh.init_local_path()
     assert Path(ray_trial.trial_path(fresh)).name not in ("None", old.name)
     assert list(inspect.signature(TuneController.add_trial).parameters) == ["self", "trial"]
+
+
+def test_the_users_resume_options_and_the_error_files_ray_wrote_are_read(
+    ray_cluster: None, tmp_path: Path
+) -> None:
+    """The Ray surface's reads for a trial Ray creates again after a restore (issue 27), on
+    the installed Ray: ``resume_types`` of the ``ResumeConfig`` that ``Tuner.restore``'s
+    options build (what ``_requeue_restored_trials`` is called with), and
+    ``local_error_files``, the ``error.txt``/``error.pkl`` Ray's ``handle_error`` wrote."""
+    import inspect
+
+    from ray.exceptions import RayTaskError
+    from ray.tune import ResumeConfig
+    from ray.tune.execution.tune_controller import TuneController
+
+    from statemachine.tune.ray_surface import trials as ray_trial
+    from statemachine.tune.ray_surface.requeue import RESUME_DEFAULTS, resume_types
+
+    assert resume_types(ResumeConfig()) == RESUME_DEFAULTS
+    kind = ResumeConfig.ResumeType
+    assert resume_types(ResumeConfig(unfinished=kind.RESTART, errored=kind.RESUME)) == {
+        "finished": "skip", "unfinished": "restart", "errored": "resume"}
+    assert resume_types(ResumeConfig(errored=kind.RESTART))["errored"] == "restart"
+    assert list(inspect.signature(TuneController._requeue_restored_trials).parameters) == [
+        "self", "trials", "resume_config"]
+    trial = make_trial(tmp_path, "errors", max_failures=0)
+    assert ray_trial.local_error_files(trial) == {}
+    try:
+        raise ValueError("bad luck")
+    except ValueError as exc:
+        error = RayTaskError("train", "Traceback: bad luck", exc)
+    trial.handle_error(error)
+    files = ray_trial.local_error_files(trial)
+    assert sorted(files) == ["error.pkl", "error.txt"]
+    assert b"bad luck" in files["error.txt"]
+    assert "bad luck" in str(pickle.loads(files["error.pkl"]))

@@ -26,6 +26,7 @@ __all__ = [
     "is_restoring",
     "last_iteration",
     "last_result",
+    "local_error_files",
     "max_failures",
     "never_ran",
     "num_failures",
@@ -97,6 +98,21 @@ def error_file(trial: Trial) -> str | None:
     """The trial's ``error.txt`` on the driver, once Ray has written one."""
     path = trial.error_file
     return str(path) if path else None
+
+
+def local_error_files(trial: Trial) -> dict[str, bytes]:
+    """The ``error.txt`` and ``error.pkl`` Ray's ``handle_error`` wrote for the trial in the
+    driver's staging folder (``trial.error_file``, ``trial.pickled_error_file``), by name
+    (``{}``: none, or unreadable)."""
+    found: dict[str, bytes] = {}
+    for path in (trial.error_file, trial.pickled_error_file):
+        try:
+            if path:
+                with open(str(path), "rb") as f:
+                    found[str(path).rsplit("/", 1)[-1]] = f.read()
+        except OSError:  # gone or unreadable: nothing to tell
+            continue
+    return found
 
 
 # ---------------------------------------------------------------------- where it stands
