@@ -60,12 +60,14 @@ class ResumeHooks:
     def restored(self, trials: list[Any], resume: dict[str, str] | None = None) -> None:
         """Ray restored ``trials`` from its saved state and is about to requeue them with the
         user's ``resume`` options: write what the log knows into them (:func:`.advance`)."""
-        if resume is not None:
-            self._tracker.resume = dict(resume)
         if self._session is not None or not trials:
+            if resume is not None:
+                self._tracker.resume = dict(resume)
             return
         self._session_kind = "restore"
         self._ensure_log(trials[0], trials)
+        if resume is not None:  # the tracker of this driver session (the log is open)
+            self._tracker.resume = dict(resume)
         self._opened_for_requeue = True
         self._tracker.from_ray_state.update(ray_trial.trial_id(t) for t in trials)
         advance(trials, self._tracker, enabled=self.resume_from_log)

@@ -45,12 +45,14 @@ from statemachine.tune.resume_from_log import (
     advance,
     end_to_keep,
     events_of,
+    last_rows,
     write_into,
 )
 from statemachine.tune.tracking import REGENERATED, TrialTracker
 
 __all__ = ["ADVANCE", "RESTART", "RESTART_ERRORED", "RESTART_UNFINISHED", "RESUME_ERRORED",
-           "SCRATCH", "SKIP", "RegeneratedPlan", "advance_regenerated", "plan_regenerated"]
+           "SCRATCH", "SKIP", "RegeneratedPlan", "advance_regenerated", "old_folder",
+           "plan_regenerated"]
 
 #: What :func:`advance_regenerated` does (``RegeneratedPlan.action``).
 ADVANCE = "advance"
@@ -114,7 +116,7 @@ def advance_regenerated(trial: Any, tracker: TrialTracker, *, enabled: bool = Tr
     if state is None:
         return
     events = events_of(tracker, trial)
-    folder = _old_folder(trial, state)
+    folder = old_folder(trial, state)
     # as the log had it before anything below is recorded (the fold's state moves on)
     ended, failures, newest = state.status.is_terminal, state.failures, state.latest_checkpoint
     plan = plan_regenerated(state.status, end_to_keep(events) if ended else True,
@@ -145,14 +147,21 @@ def advance_regenerated(trial: Any, tracker: TrialTracker, *, enabled: bool = Tr
         tracker.record(trial, ResumeNotAdvanced(checkpoint=newest, reason=reason))
 
 
-def _old_folder(trial: Any, state: TrialState) -> str | None:
+def old_folder(trial: Any, state: TrialState) -> str | None:
     """The trial's folder before the crash, under the experiment's folder: the one its newest
     logged checkpoint is in, else the only one whose name holds its id (Ray's default names
-    ``<trainable>_<id>_<tag>_<time>``)."""
+    ``<trainable>_<id>_<tag>_<time>``), else, for a trial the log saw end, the only one whose
+    last result (:data:`.LAST_RESULT`, written by the callback as it ended) names its id: a
+    ``trial_dirname_creator`` may leave the id out (one small read per folder)."""
     names = ray_trial.experiment_folder_names(trial)
     for path in reversed(state.checkpoints):
         parts = path.rstrip("/").rsplit("/", 2)
         if len(parts) == 3 and parts[1] in names:
             return parts[1]
-    marked = [name for name in names if f"_{ray_trial.trial_id(trial)}_" in f"_{name}_"]
-    return marked[0] if len(marked) == 1 else None
+    trial_id = ray_trial.trial_id(trial)
+    marked = [name for name in names if f"_{trial_id}_" in f"_{name}_"]
+    if len(marked) == 1 or not state.status.is_terminal:
+        return marked[0] if len(marked) == 1 else None
+    owned = [name for name in marked or names if (last_rows(ray_trial.read_experiment_file(
+        trial, f"{name}/{LAST_RESULT}"))[0] or {}).get("trial_id") == trial_id]
+    return owned[0] if len(owned) == 1 else None

@@ -308,3 +308,38 @@ def test_the_users_resume_options_and_the_error_files_ray_wrote_are_read(
     assert sorted(files) == ["error.pkl", "error.txt"]
     assert b"bad luck" in files["error.txt"]
     assert "bad luck" in str(pickle.loads(files["error.pkl"]))
+
+
+def test_an_ended_trial_whose_folder_name_drops_its_id_is_found_by_its_last_result(
+    ray_cluster: None, tmp_path: Path
+) -> None:
+    """A trial Ray creates again after a restore, that ended without a logged checkpoint in a
+    folder named by a ``trial_dirname_creator`` that drops its id: its folder is the one whose
+    last result (written by the callback as it ended) names its id; read through the Ray
+    surface's ``read_experiment_file`` on the installed Ray. A trial still running is not
+    looked up that way (it wrote no last result)."""
+    import json
+
+    from ray.train._internal.storage import StorageContext
+    from ray.tune.experiment import Trial
+
+    from statemachine.domain.events import TrialAdded, TrialCompleted, TrialStarted
+    from statemachine.domain.machine import fold
+    from statemachine.tune.resume_from_log import LAST_RESULT
+    from statemachine.tune.resume_regenerated import old_folder
+
+    storage = StorageContext(storage_path=str(tmp_path / "results"), experiment_dir_name="exp")
+    experiment = Path(storage.experiment_fs_path)
+    for name, owner in (("x=1", "abc_00000"), ("x=2", "abc_00001"), ("x=3", None)):
+        (experiment / name).mkdir(parents=True)
+        if owner is not None:
+            (experiment / name / LAST_RESULT).write_text(json.dumps(
+                {"trial_id": owner, "training_iteration": 5}))
+    again = Trial("__fake", stub=True, storage=storage, trial_id="abc_00001")
+    ended, _ = fold("abc_00001", [TrialAdded(), TrialStarted(), TrialCompleted()])
+    running, _ = fold("abc_00001", [TrialAdded(), TrialStarted()])
+    assert old_folder(again, ended) == "x=2"
+    assert old_folder(again, running) is None
+    other = Trial("__fake", stub=True, storage=storage, trial_id="abc_00002")
+    assert old_folder(other, fold("abc_00002", [TrialAdded(), TrialStarted(),
+                                                TrialCompleted()])[0]) is None

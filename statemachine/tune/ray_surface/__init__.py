@@ -145,7 +145,8 @@ by :mod:`statemachine.tune.resume_from_log`), all checked in the source of 2.40.
   ``install_add``; the folder (:mod:`.trials`), ``trial.relative_logdir`` and
   ``trial.storage.trial_dir_name`` (written, with ``invalidate_json_state()``, as
   ``init_local_path`` does): ``point_to_folder``; the experiment folder's entries on its
-  storage filesystem (read): ``experiment_folder_names``. Same.
+  storage filesystem (read): ``experiment_folder_names``, and a file in one of them (the
+  log's last result of an ended trial, read): ``read_experiment_file``. Same.
 
 Outside this package Ray is used only through public names: ``ray.tune.Callback`` (base of
 :class:`~statemachine.tune.EventLogCallback`), ``ray.__version__`` and the ``Tuner``'s

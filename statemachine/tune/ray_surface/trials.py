@@ -31,6 +31,7 @@ __all__ = [
     "never_ran",
     "num_failures",
     "point_to_folder",
+    "read_experiment_file",
     "read_trial_file",
     "set_error_files",
     "set_last_result",
@@ -265,6 +266,17 @@ def read_trial_file(trial: Trial, name: str) -> bytes | None:
     """The bytes of ``name`` in the trial's folder on storage, ``None`` if it cannot be read."""
     try:
         with storage_filesystem(trial).open_input_stream(f"{trial_path(trial)}/{name}") as f:
+            return bytes(f.readall())
+    except Exception:  # missing or unreadable: nothing to tell
+        return None
+
+
+def read_experiment_file(trial: Trial, relative: str) -> bytes | None:
+    """The bytes of ``relative`` (a path under the experiment's folder) on storage, ``None``
+    if it cannot be read."""
+    try:
+        with storage_filesystem(trial).open_input_stream(
+                f"{experiment_path(trial)}/{relative}") as f:
             return bytes(f.readall())
     except Exception:  # missing or unreadable: nothing to tell
         return None
