@@ -106,12 +106,13 @@ def local_error_files(trial: Trial) -> dict[str, bytes]:
     driver's staging folder (``trial.error_file``, ``trial.pickled_error_file``), by name
     (``{}``: none, or unreadable)."""
     found: dict[str, bytes] = {}
-    for path in (trial.error_file, trial.pickled_error_file):
+    for name in ("error_file", "pickled_error_file"):
         try:
+            path = getattr(trial, name)
             if path:
                 with open(str(path), "rb") as f:
                     found[str(path).rsplit("/", 1)[-1]] = f.read()
-        except OSError:  # gone or unreadable: nothing to tell
+        except Exception:  # gone, unreadable, or a half-built trial: nothing to tell
             continue
     return found
 
