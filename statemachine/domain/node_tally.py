@@ -151,52 +151,109 @@ class TrialNodes:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TrialNodes:
-        """Rebuild a share from :meth:`to_dict` output (``KeyError``, ``TypeError``,
-        ``ValueError`` or ``IndexError`` if it is not one)."""
+    def from_dict(cls, data: Any) -> TrialNodes:
+        """Rebuild a share from :meth:`to_dict` output (``ValueError`` if it is not one)."""
+        rows = checked_share(data)
+        if rows is None:
+            raise ValueError("not a trial's node share")
         share = cls()
         identities = []
-        for node_id, node_ip, hostname, *counts, causes in data["nodes"]:
-            node = NodeRef.from_dict({"node_id": node_id, "node_ip": node_ip,
-                                      "hostname": hostname})
-            if len(counts) != len(_COUNTS) or not all(type(n) is int for n in counts):
-                raise ValueError(f"node counts must be {len(_COUNTS)} integers")
-            a, b, c, d, e, f, g = counts
-            tally = NodeTally(node, a, b, c, d, e, f, g, set(),
-                              {DeathCause(cause): int(n) for cause, n in causes.items()})
+        for node_id, node_ip, hostname, a, b, c, d, e, f, g, causes in rows:
+            node = NodeRef(node_id, node_ip, hostname)
             identity = _identity(node)
-            share.nodes[identity] = tally
+            share.nodes[identity] = NodeTally(node, a, b, c, d, e, f, g, set(), {
+                _CAUSES[cause]: n for cause, n in causes.items()})
             identities.append(identity)
         for seq, at, cause in data["deaths"]:
-            share.deaths[int(seq)] = (identities[at], DeathCause(cause))
+            share.deaths[seq] = (identities[at], _CAUSES[cause])
         return share
+
+
+def checked_share(data: Any) -> list[list[Any]] | None:
+    """The node rows of a share's JSON form (:meth:`TrialNodes.to_dict`), or ``None`` if
+    ``data`` is not one (a stored share is a cache: anything may be there)."""
+    if type(data) is not dict:
+        return None
+    rows, deaths = data.get("nodes"), data.get("deaths")
+    if type(rows) is not list or type(deaths) is not list:
+        return None
+    for row in rows:
+        if type(row) is not list or len(row) != 11:
+            return None
+        node_id, node_ip, hostname, a, b, c, d, e, f, g, causes = row
+        if not ((node_id is None or type(node_id) is str)
+                and (node_ip is None or type(node_ip) is str)
+                and (hostname is None or type(hostname) is str)
+                and type(a) is int and type(b) is int and type(c) is int and type(d) is int
+                and type(e) is int and type(f) is int and type(g) is int
+                and type(causes) is dict):
+            return None
+        for cause, n in causes.items():
+            if cause not in _CAUSES or type(n) is not int:
+                return None
+    for death in deaths:
+        if (type(death) is not list or len(death) != 3 or type(death[0]) is not int
+                or type(death[1]) is not int or not 0 <= death[1] < len(rows)
+                or death[2] not in _CAUSES):
+            return None
+    return rows
+
+
+class NodeSum:
+    """An experiment's per-node tally being summed from its trials' shares, in any order
+    (each share added in its JSON form: a stored share needs no decoding)."""
+
+    def __init__(self) -> None:
+        self._tallies: dict[tuple[str | None, ...], NodeTally] = {}
+        self._nodes: dict[tuple[str | None, str | None, str | None], NodeRef] = {}
+
+    def add(self, trial_id: str, share: TrialNodes) -> None:
+        """Add a trial's share."""
+        self.add_rows(trial_id, share.to_dict()["nodes"])
+
+    def add_rows(self, trial_id: str, rows: list[list[Any]]) -> None:
+        """Add a trial's share as :func:`checked_share` returned its node rows."""
+        tallies, nodes = self._tallies, self._nodes
+        for node_id, node_ip, hostname, a, b, c, d, e, f, g, causes in rows:
+            identity = (node_id,) if node_id else (None, node_ip, hostname)
+            tally = tallies.get(identity)
+            described = (node_id, node_ip, hostname)
+            node = nodes.get(described)
+            if node is None:
+                node = nodes[described] = NodeRef(node_id, node_ip, hostname)
+            if tally is None:
+                tally = tallies[identity] = NodeTally(node)
+            elif node is not tally.node and _better(node, tally.node):
+                tally.node = node
+            tally.attempts += a
+            tally.restore_attempts += b
+            tally.training_failures += c
+            tally.restore_failures += d
+            tally.preemptions += e
+            tally.actor_deaths += f
+            tally.other_failures += g
+            if causes:
+                counted = tally.causes
+                for name, n in causes.items():
+                    cause = _CAUSES[name]
+                    left = counted.get(cause, 0) + n
+                    if left:
+                        counted[cause] = left
+                    else:
+                        counted.pop(cause, None)
+            tally.trials.add(trial_id)
+
+    def result(self) -> list[NodeTally]:
+        """The tally, worst node first."""
+        return sorted(self._tallies.values(), key=NodeTally.sort_key)
 
 
 def tally_shares(shares: Iterable[tuple[str, TrialNodes]]) -> list[NodeTally]:
     """The per-node tally of ``(trial_id, share)`` pairs, in any order; worst node first."""
-    tallies: dict[tuple[str | None, ...], NodeTally] = {}
+    total = NodeSum()
     for trial_id, share in shares:
-        for identity, part in share.nodes.items():
-            tally = tallies.get(identity)
-            if tally is None:
-                tally = tallies[identity] = NodeTally(part.node)
-            elif _better(part.node, tally.node):
-                tally.node = part.node
-            tally.attempts += part.attempts
-            tally.restore_attempts += part.restore_attempts
-            tally.training_failures += part.training_failures
-            tally.restore_failures += part.restore_failures
-            tally.preemptions += part.preemptions
-            tally.actor_deaths += part.actor_deaths
-            tally.other_failures += part.other_failures
-            for cause, n in part.causes.items():
-                left = tally.causes.get(cause, 0) + n
-                if left:
-                    tally.causes[cause] = left
-                else:
-                    tally.causes.pop(cause, None)
-            tally.trials.add(trial_id)
-    return sorted(tallies.values(), key=NodeTally.sort_key)
+        total.add(trial_id, share)
+    return total.result()
 
 
 def tally_nodes(events: Iterable[tuple[str, Any]]) -> list[NodeTally]:
@@ -241,6 +298,7 @@ def tally_attempts(attempts: Iterable[tuple[str, int, Any, bool]]) -> list[NodeT
     return tally_shares(shares.items())
 
 
+_CAUSES = {cause.value: cause for cause in DeathCause}
 _COUNTS = ("attempts", "restore_attempts", "training_failures", "restore_failures",
            "preemptions", "actor_deaths", "other_failures")
 

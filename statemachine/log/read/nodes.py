@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import and_, select, text
 
 from statemachine.domain.events import Event, decode_event
-from statemachine.domain.node_tally import NodeTally, TrialNodes, tally_shares
+from statemachine.domain.node_tally import NodeSum, NodeTally, TrialNodes, checked_share
 from statemachine.domain.status import Status
 from statemachine.exceptions import EventDecodeError
 from statemachine.log.bulk import collector_paused
@@ -29,6 +29,7 @@ from statemachine.log.engine import chunks
 from statemachine.log.heads import trial_heads
 from statemachine.log.node_shares import share_of
 from statemachine.log.read.sql import whole_trials
+from statemachine.log.records import parse_json
 from statemachine.log.replay import fold_stored
 from statemachine.log.schema import ATTEMPTS_WHERE, events, snapshots
 from statemachine.log.snapshot import decode_share, machine_version
@@ -45,8 +46,9 @@ _PAGE = 20_000
 
 def node_tallies(db: Connections, experiment: str, on_halt: Halted) -> list[NodeTally]:
     """Per node, what the experiment's attempts and failures did there; worst first."""
+    total = NodeSum()
     with collector_paused():
-        shares, after, upto = _shares(db, experiment)
+        shares, after, upto = _shares(db, experiment, total)
         refold: set[str] = set()
         for trial_id, seq, event, restoring in _attempts(db, experiment, after, upto, refold,
                                                          total=len(upto)):
@@ -61,15 +63,22 @@ def node_tallies(db: Connections, experiment: str, on_halt: Halted) -> list[Node
             if replay.halted_at is not None:
                 on_halt(replay.halted_at, replay.halt_reason or "")
             shares[trial_id] = share_of(replay.steps)
-        return tally_shares(shares.items())
+        for trial_id, share in shares.items():
+            total.add(trial_id, share)
+    return total.result()
 
 
 def _shares(
-    db: Connections, experiment: str
+    db: Connections, experiment: str, total: NodeSum
 ) -> tuple[dict[str, TrialNodes], dict[str, int], dict[str, int]]:
-    """Each trial's share as its snapshot keeps it; the trials to continue (from the seq
-    their share is at, 0: from the start, without a share); every trial's last seq."""
+    """Add each trial's fresh share to ``total`` as it is read; return the shares to
+    continue, the trials to continue (from the seq their share is at, 0: from the start,
+    without a share) and every trial's last seq."""
     tag = machine_version()
+    shares: dict[str, TrialNodes] = {}
+    after: dict[str, int] = {}
+    upto: dict[str, int] = {}
+    same: dict[str, list[Any] | None] = {}  # equal texts (a few hundred kept) parse once
     with db.transaction("reading the nodes' shares") as conn:
         experiment_id = db.experiment_id(conn, experiment)
         last = trial_heads(experiment_id)
@@ -77,31 +86,39 @@ def _shares(
         joined = last.outerjoin(snap, and_(snap.c.experiment_id == experiment_id,
                                            snap.c.trial_id == last.c.trial_id,
                                            snap.c.machine_version == tag))
-        rows = conn.execute(
+        result = conn.execution_options(yield_per=_BATCH).execute(
             select(last.c.trial_id, last.c.last_seq, snap.c.seq, snap.c.nodes)
             .select_from(joined)
-        ).all()
-    shares: dict[str, TrialNodes] = {}
-    after: dict[str, int] = {}
-    upto: dict[str, int] = {}
-    same: dict[str, TrialNodes | None] = {}  # fresh shares are only read: equal texts share
-    for trial_id, last_seq, seq, stored in rows:
-        upto[trial_id] = last_seq
-        share = None
-        if stored is not None and seq is not None and seq <= last_seq:
-            if seq == last_seq:
-                share = same.get(stored, _UNSEEN)
-                if share is _UNSEEN:
-                    share = same[stored] = decode_share(stored)
-            else:
+        )
+        for trial_id, last_seq, seq, stored in result:
+            upto[trial_id] = last_seq
+            if stored is None or seq is None or seq > last_seq:
+                after[trial_id] = 0
+            elif seq < last_seq:
                 share = decode_share(stored)
-        if share is None:
-            after[trial_id] = 0
-            continue
-        shares[trial_id] = share
-        if seq < last_seq:
-            after[trial_id] = seq
+                if share is None:
+                    after[trial_id] = 0
+                else:
+                    shares[trial_id] = share
+                    after[trial_id] = seq
+            else:
+                rows = same.get(stored, _UNSEEN)
+                if rows is _UNSEEN:
+                    rows = _rows(stored)
+                    if len(same) < _SAME:
+                        same[stored] = rows
+                if rows is None:
+                    after[trial_id] = 0
+                else:
+                    total.add_rows(trial_id, rows)
     return shares, after, upto
+
+
+def _rows(stored: str) -> list[Any] | None:
+    try:
+        return checked_share(parse_json(stored))
+    except (TypeError, ValueError):
+        return None
 
 
 def _attempts(
@@ -166,4 +183,6 @@ def _probe(db: Connections, experiment: str, after: dict[str, int]) -> Iterator[
             ).all()
 
 
-_UNSEEN = TrialNodes()  # a sentinel
+_UNSEEN: list[Any] = []  # a sentinel
+#: Rows of shares fetched at a time; distinct share texts parsed once.
+_BATCH, _SAME = 2_000, 512
