@@ -36,9 +36,9 @@ from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.state import TrialState
 from statemachine.exceptions import ConcurrencyError, ConfigurationError, StoreError
 from statemachine.log.dialect import DEFAULT_BUSY_TIMEOUT_MS
-from statemachine.log.node_shares import count_appended, share_of
+from statemachine.log.node_shares import count_appended
 from statemachine.log.records import AppendRequest, DriverSession, new_event_id, new_event_ids
-from statemachine.log.replay import fold_stored, rehydrate
+from statemachine.log.replay import fold_stored, rehydrate, share_of
 from statemachine.log.snapshot import Share
 from statemachine.log.store import EventStore
 

@@ -12,16 +12,12 @@ the read model reads that trial's attempts instead.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from statemachine.domain.events import DeathCauseLearned, Event, TrialFailed, TrialStarted
 from statemachine.domain.node_tally import TrialNodes
 from statemachine.domain.status import Status
 from statemachine.log.records import AppendRequest
 from statemachine.log.snapshot import Share, decode_share
-
-if TYPE_CHECKING:
-    from statemachine.log.replay import ReplayStep
 
 #: The events a share counts (every other event leaves it as it is).
 ATTEMPT_TYPES = frozenset({TrialStarted, TrialFailed, DeathCauseLearned})
@@ -49,15 +45,6 @@ def count_appended(shares: dict[str, Share], requests: Iterable[AppendRequest]) 
             record = request[3]
             count_share(shares, request[0], request[2] + 1, event,
                         record is not None and record.status_after is Status.RESTORING)
-
-
-def share_of(steps: Iterable[ReplayStep]) -> TrialNodes:
-    """The share of a trial folded from its start (its replay's steps)."""
-    share = TrialNodes()
-    for step in steps:
-        share.count(step.stored.seq, step.stored.event,
-                    step.record.status_after is Status.RESTORING)
-    return share
 
 
 _NEW = TrialNodes()  # a sentinel: never counted into (a missing trial gets its own share)

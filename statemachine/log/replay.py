@@ -241,6 +241,15 @@ def _replay_lean(
     return replays
 
 
+def share_of(steps: Iterable[ReplayStep]) -> TrialNodes:
+    """The share of the per-node tally of a trial folded from its start (its steps)."""
+    share = TrialNodes()
+    for step in steps:
+        share.count(step.stored.seq, step.stored.event,
+                    step.record.status_after is Status.RESTORING)
+    return share
+
+
 def rehydrate(
     store: SnapshotHistory, experiment: str, shares: dict[str, Share] | None = None
 ) -> dict[str, TrialState]:

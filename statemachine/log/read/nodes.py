@@ -27,10 +27,9 @@ from statemachine.exceptions import EventDecodeError
 from statemachine.log.bulk import collector_paused
 from statemachine.log.engine import chunks
 from statemachine.log.heads import trial_heads
-from statemachine.log.node_shares import share_of
 from statemachine.log.read.sql import whole_trials
 from statemachine.log.records import parse_json
-from statemachine.log.replay import fold_stored
+from statemachine.log.replay import fold_stored, share_of
 from statemachine.log.schema import ATTEMPTS_WHERE, events, snapshots
 from statemachine.log.snapshot import decode_share, machine_version
 
