@@ -81,8 +81,10 @@ class ExperimentLog:
         self.store = store
         self.session = session
         self._states = states
-        #: Each trial's share of the per-node tally at its state (missing: no attempt yet).
-        self._shares: dict[str, Share] = shares if shares is not None else {}
+        #: Each trial's share of the per-node tally at its state (missing: no attempt yet;
+        #: ``None``: not known, as for every trial of ``states`` given without ``shares``).
+        self._shares: dict[str, Share] = (
+            shares if shares is not None else dict.fromkeys(states))
         self._snapshot_every = snapshot_every
         self._owns_store = owns_store
         self._closed = False
