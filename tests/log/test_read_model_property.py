@@ -30,7 +30,6 @@ from statemachine.domain.death import ActorDeath, DeathCause
 from statemachine.domain.events import (
     DeathCauseLearned,
     Event,
-    RestoreSucceeded,
     TrialFailed,
     TrialStarted,
 )
@@ -40,7 +39,7 @@ from statemachine.domain.nodes import NodeRef
 from statemachine.domain.state import TrialState
 from statemachine.log import EventStore, ExperimentLog, replay_experiment
 from statemachine.log.read import SORTS, STATUSES, ReadModel, TrialSummary
-from tests.log.test_rehydration_property import catalogue, policies, steps
+from tests.log.test_rehydration_property import batch_items, catalogue, pick, policies, steps
 
 EXPERIMENTS = ("exp", "other")
 
@@ -93,27 +92,8 @@ def node_catalogue(log: ExperimentLog, trial: str, k: int) -> list[Event]:
     return events
 
 
-def pick(log: ExperimentLog, trial: str, k: int) -> Event | None:
-    """The ``k``-th (mod n) event of :func:`node_catalogue` valid for the trial now."""
-    valid = []
-    for event in node_catalogue(log, trial, k // 7):
-        try:
-            log.preview(trial, event)
-        except InvalidTransitionError:
-            continue
-        valid.append(event)
-    return valid[k % len(valid)] if valid else None
-
-
-def batch_items(log: ExperimentLog, step: tuple) -> list[tuple[str, Event]]:
-    """The events of a ``("batch", trials, ks, spoil)`` step (as the rehydration property
-    draws them, from :func:`node_catalogue`)."""
-    _, trials, ks, spoil = step
-    items = [(t, pick(log, t, k)) for t, k in zip(trials, ks, strict=False)]
-    found = [(t, e) for t, e in items if e is not None]
-    if spoil:
-        found.extend([(trials[0], RestoreSucceeded()), (trials[0], RestoreSucceeded())])
-    return found
+def _nodes_of(log: ExperimentLog, trial: str, k: int) -> list[Event]:
+    return node_catalogue(log, trial, k // 7)
 
 
 def write(url: str, policy: RetryPolicy, snapshot_every: int, script: list[tuple],
@@ -125,12 +105,12 @@ def write(url: str, policy: RetryPolicy, snapshot_every: int, script: list[tuple
     clean_end = True
     for step in script:
         if step[0] == "record":
-            event = pick(log, step[1], step[2])
+            event = pick(log, step[1], step[2], _nodes_of)
             if event is not None:
                 log.record(step[1], event)
         elif step[0] == "batch":
             with contextlib.suppress(InvalidTransitionError):
-                log.record_many(batch_items(log, step))
+                log.record_many(batch_items(log, step, _nodes_of))
         else:
             log.close(clean=step[2])
             clean_end = step[2]

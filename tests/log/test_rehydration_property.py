@@ -4,6 +4,7 @@ the driver restarted (cleanly, or as after a crash, with any snapshot interval).
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,10 +74,19 @@ def catalogue(policy: RetryPolicy) -> list[Event]:
     ]
 
 
-def pick(log: ExperimentLog, trial: str, k: int) -> Event | None:
-    """The ``k``-th (mod n) event of the catalogue that is valid for the trial now."""
+#: The events a step may draw for a trial: ``(log, trial, k) -> candidates``.
+Candidates = Callable[[ExperimentLog, str, int], list[Event]]
+
+
+def _catalogue_of(log: ExperimentLog, trial: str, k: int) -> list[Event]:
+    return catalogue(log.policy)
+
+
+def pick(log: ExperimentLog, trial: str, k: int,
+         candidates: Candidates = _catalogue_of) -> Event | None:
+    """The ``k``-th (mod n) event of ``candidates`` (the catalogue) valid for the trial now."""
     valid = []
-    for event in catalogue(log.policy):
+    for event in candidates(log, trial, k):
         try:
             log.preview(trial, event)
         except InvalidTransitionError:
@@ -97,11 +107,12 @@ reopen = st.tuples(st.just("reopen"), st.integers(1, 6), st.booleans())
 steps = st.lists(st.one_of(record, record, record, record, batch, reopen), min_size=20, max_size=80)
 
 
-def batch_items(log: ExperimentLog, step: tuple) -> list[tuple[str, Any]]:
+def batch_items(log: ExperimentLog, step: tuple,
+                candidates: Candidates = _catalogue_of) -> list[tuple[str, Any]]:
     """The events of a ``("batch", trials, ks, spoil)`` step: one per trial that has a valid
     one, and when ``spoil`` two invalid ones, so the whole batch must be refused."""
     _, trials, ks, spoil = step
-    items = [(t, pick(log, t, k)) for t, k in zip(trials, ks, strict=False)]
+    items = [(t, pick(log, t, k, candidates)) for t, k in zip(trials, ks, strict=False)]
     items = [(t, e) for t, e in items if e is not None]
     if spoil:
         items.append((trials[0], RestoreSucceeded()))

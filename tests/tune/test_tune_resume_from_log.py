@@ -29,7 +29,13 @@ from typing import Any
 import pytest
 from resume_trainables import executed, redone
 
-from tests.tune.tunekit import HERE, kill_group, stored_events, worker_pythonpath
+from tests.tune.tunekit import (
+    HERE,
+    explain_output,
+    kill_group,
+    stored_events,
+    worker_pythonpath,
+)
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -170,20 +176,11 @@ def assert_resumed_from_the_log(figures: dict[str, Any]) -> None:
 
 
 def explain_words(url: str) -> str:
-    from click.testing import CliRunner
-
-    from statemachine.cli import cli
     from statemachine.log import EventStore
 
     with EventStore.open(url, create=False) as store:
         trials = store.list_trials("exp")
-    text = ""
-    for trial in trials:
-        result = CliRunner().invoke(cli, ["--db", url, "explain", "exp", trial],
-                                    env={"COLUMNS": "4000"})
-        assert result.exit_code == 0, result.output
-        text += result.output
-    return text
+    return "".join(explain_output(url, trial) for trial in trials)
 
 
 @pytest.mark.parametrize("kind", ["function", "class"])

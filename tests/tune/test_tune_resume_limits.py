@@ -27,15 +27,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 from resume_crashes import Crashes
 from resume_trainables import executed, function_counted
 
-from statemachine.cli import cli
 from statemachine.log import EventStore, verify
 from statemachine.tune.resume_regenerated import RESTART_ERRORED
 from tests.ray_support import running_ray
-from tests.tune.tunekit import worker_pythonpath
+from tests.tune.tunekit import explain_output, worker_pythonpath
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -173,13 +171,6 @@ def _log(killed: Killed, suffix: str) -> tuple[str, str, list[Any]]:
     return url, trial, events
 
 
-def _explain(url: str, trial: str) -> str:
-    result = CliRunner().invoke(cli, ["--db", url, "explain", "exp", trial],
-                                env={"COLUMNS": "4000"})
-    assert result.exit_code == 0, result.output
-    return result.output
-
-
 @pytest.mark.parametrize("case", list(_CASES))
 def test_a_trial_that_errored_after_rays_last_save_is_resumed_as_ray_would(
     killed: Killed, ray_alone: dict[str, Any], case: str
@@ -200,7 +191,7 @@ def test_a_trial_that_errored_after_rays_last_save_is_resumed_as_ray_would(
     assert again == ran  # the same iterations as Ray's own restore of its ERROR trial
     kinds = [type(e).__name__ for e in events]
     assert "TrialRecreated" not in kinds
-    words = _explain(url, trial)
+    words = explain_output(url, trial)
     if case == "default":
         assert theirs["error"] == ("RayTaskError(RuntimeError)", True) and ran == []
         (kept,) = [e for e in events if type(e).__name__ == "ResumeAdvanced"]
@@ -248,5 +239,5 @@ def test_resume_unfinished_false_skips_a_trial_created_after_the_save_as_ray_wou
     kinds = [type(e).__name__ for e in events]
     assert "ResumeAdvanced" not in kinds and "ResumeNotAdvanced" not in kinds
     assert [e.reason for e in events if type(e).__name__ == "TrialStopped"] == [NOT_RESUMED]
-    assert f"Stopped ({NOT_RESUMED})." in _explain(url, fourth)
+    assert f"Stopped ({NOT_RESUMED})." in explain_output(url, fourth)
     assert rows[3]["error"] == ("RayTaskError(RuntimeError)", True)  # errored: skipped

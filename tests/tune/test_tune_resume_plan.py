@@ -7,6 +7,7 @@ stale Ray states (what ``Tuner.restore`` brings back from an older experiment sn
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -105,17 +106,10 @@ def _fields(state: TrialState) -> tuple[object, ...]:
             state.incarnation)
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(STEPS), max_size=30), st.sampled_from(RAY_STATUSES[:3]),
-       st.booleans())
-def test_the_resume_from_the_log_changes_no_decision_nor_counter(
-        steps: list[str], unfinished: str, enabled: bool) -> None:
-    """Ray's saved state is the snapshot at the last ``snapshot`` step (or the start): its
-    status (unfinished ones as ``unfinished``), failures and checkpoint. The plan's records
-    change nothing in the fold, and the counters handed to Ray after it are the ones handed
-    without it."""
-    state = folded([])
-    saved: tuple[str, int, str | None] = ("PENDING", 0, None)
+def _play(steps: list[str], state: TrialState,
+          snapshot: Callable[[TrialState], None] | None = None) -> TrialState:
+    """Apply ``steps`` (those of :data:`STEPS` valid in the state reached) to ``state``;
+    ``snapshot`` sees the state at each ``"snapshot"`` step (Ray saving its state)."""
     index = 0
     for step in steps:
         event: Event | None = None
@@ -127,11 +121,30 @@ def test_the_resume_from_the_log_changes_no_decision_nor_counter(
             event = TrialFailed(error=BOOM)
         elif step == "complete" and state.status is Status.RUNNING:
             event = TrialCompleted()
-        elif step == "snapshot":
-            ray_status = state.status.value if state.status.is_terminal else unfinished
-            saved = (ray_status, state.failures, state.latest_checkpoint)
+        elif step == "snapshot" and snapshot is not None:
+            snapshot(state)
         if event is not None:
             apply(state, event)
+    return state
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(STEPS), max_size=30), st.sampled_from(RAY_STATUSES[:3]),
+       st.booleans())
+def test_the_resume_from_the_log_changes_no_decision_nor_counter(
+        steps: list[str], unfinished: str, enabled: bool) -> None:
+    """Ray's saved state is the snapshot at the last ``snapshot`` step (or the start): its
+    status (unfinished ones as ``unfinished``), failures and checkpoint. The plan's records
+    change nothing in the fold, and the counters handed to Ray after it are the ones handed
+    without it."""
+    saved: tuple[str, int, str | None] = ("PENDING", 0, None)
+
+    def snapshot(state: TrialState) -> None:
+        nonlocal saved
+        ray_status = state.status.value if state.status.is_terminal else unfinished
+        saved = (ray_status, state.failures, state.latest_checkpoint)
+
+    state = _play(steps, folded([]), snapshot)
     ray_status, ray_failures, ray_ckpt = saved
     plan = plan_resume(state, ray_status, ray_ckpt, ray_failures, enabled=enabled)
     # only ends the log saw, only checkpoints the log recorded after Ray's
@@ -197,21 +210,7 @@ def test_a_stop_because_the_experiment_ended_is_not_kept() -> None:
 
 def _history(steps: list[str]) -> TrialState:
     """The trial's folded state after ``steps`` (as the property above plays them)."""
-    state = folded([], max_failures=1)
-    index = 0
-    for step in steps:
-        event: Event | None = None
-        if step == "start" and state.status is Status.PENDING:
-            event = TrialStarted(restore_from=state.latest_checkpoint)
-        elif step == "checkpoint" and state.status is Status.RUNNING:
-            event, index = CheckpointSaved(ckpt(index), index + 1), index + 1
-        elif step == "fail" and state.status is Status.RUNNING:
-            event = TrialFailed(error=BOOM)
-        elif step == "complete" and state.status is Status.RUNNING:
-            event = TrialCompleted()
-        if event is not None:
-            apply(state, event)
-    return state
+    return _play(steps, folded([], max_failures=1))
 
 
 def test_a_regenerated_trial_follows_the_users_resume_options() -> None:

@@ -5,7 +5,7 @@ Ray's experiment state saved at the start only (``TUNE_GLOBAL_CHECKPOINT_S=300``
 created when another ends is created after that save, and Ray's restore does not have it. Its
 search algorithm creates it again, with the same id and config, and would run it from scratch
 in a new folder. Before Ray queues it the callback points it at its old folder and resumes it
-from what the log knows (:func:`~statemachine.tune.resume_from_log.advance_regenerated`): an
+from what the log knows (:func:`~statemachine.tune.resume_regenerated.advance_regenerated`): an
 end the log saw is kept (and told to the search algorithm), a running one resumes from its
 newest logged checkpoint. The driver is SIGKILLed once and restored to the end
 (:mod:`resume_crashes`). Asserted: no iteration is redone beyond any trial's last logged
@@ -20,13 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 from resume_crashes import Crashes
 from resume_trainables import executed
 
-from statemachine.cli import cli
 from statemachine.log import EventStore, verify
 from statemachine.tune.resume_from_log import TURNED_OFF
+from tests.tune.tunekit import explain_output
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -49,13 +48,6 @@ def _trial(run: Crashes, suffix: str) -> tuple[str, str, list[Any]]:
         (trial,) = [t for t in store.list_trials("exp") if t.endswith(suffix)]
         events = [e for e in store.read_trial("exp", trial)]
     return url, trial, events
-
-
-def _explain(url: str, trial: str) -> str:
-    result = CliRunner().invoke(cli, ["--db", url, "explain", "exp", trial],
-                                env={"COLUMNS": "4000"})
-    assert result.exit_code == 0, result.output
-    return result.output
 
 
 def test_trials_created_after_rays_last_save_stay_finished_or_resume_from_the_log(
@@ -81,7 +73,7 @@ def test_trials_created_after_rays_last_save_stay_finished_or_resume_from_the_lo
     assert (kept.from_checkpoint, kept.finished) == (None, "TERMINATED")
     assert kept.to_checkpoint.endswith(f"checkpoint_{ITERS - 1:06d}")
     assert (f"kept TERMINATED with checkpoint_{ITERS - 1:06d}, not run again"
-            in _explain(url, third))
+            in explain_output(url, third))
     url, fourth, events = _trial(run, "_00003")
     logged = run.logged_at_kills[0][fourth]
     assert logged >= 1, "the log held no checkpoint of the fourth trial at the kill"
@@ -99,7 +91,7 @@ def test_trials_created_after_rays_last_save_stay_finished_or_resume_from_the_lo
     words = "iteration" if logged == 1 else "iterations"
     assert (f"Ray's saved state was {logged} {words} older; resumed from "
             f"checkpoint_{logged - 1:06d} (Ray would have run it from scratch)"
-            in _explain(url, fourth))
+            in explain_output(url, fourth))
 
 
 def test_turned_off_the_trial_runs_from_scratch_and_the_log_says_why(tmp_path: Path) -> None:
@@ -114,5 +106,5 @@ def test_turned_off_the_trial_runs_from_scratch_and_the_log_says_why(tmp_path: P
     assert [e.reason for e in not_advanced] == [TURNED_OFF]
     assert not_advanced[0].checkpoint.endswith(f"checkpoint_{logged - 1:06d}")
     assert "TrialRecreated" not in [e.type_name for e in events]
-    assert f"checkpoint_{logged - 1:06d}: {TURNED_OFF}; that work is redone" in _explain(
+    assert f"checkpoint_{logged - 1:06d}: {TURNED_OFF}; that work is redone" in explain_output(
         url, third)

@@ -44,6 +44,18 @@ def stored_events(url: str, experiment: str, trial_id: str) -> list[Any]:
         store.close()
 
 
+def explain_output(url: str, trial_id: str, experiment: str = "exp") -> str:
+    """What ``trial-replay explain`` prints for one trial (it must exit 0)."""
+    from click.testing import CliRunner
+
+    from statemachine.cli import cli
+
+    result = CliRunner().invoke(cli, ["--db", url, "explain", experiment, trial_id],
+                                env={"COLUMNS": "4000"})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
 def ray_trials(grid: Any) -> dict[str, tuple[str, int]]:
     """``{trial_id: (status, num_failures)}`` as Ray reports them in a ``ResultGrid``."""
     return {t.trial_id: (t.status, t.num_failures) for t in grid._experiment_analysis.trials}
