@@ -4,7 +4,6 @@ corrupted-row warnings, driver-session ends, and ``--at`` parsing."""
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -168,14 +167,6 @@ def decode_trial(
     if replay.halted_at is not None:
         out.warn(halt_message(replay.halted_at, replay.halt_reason or ""))
     return [(step.stored, step.stored.event) for step in replay.steps]
-
-
-def group_by_trial(rows: Iterable[StoredEvent]) -> dict[str, list[StoredEvent]]:
-    """Rows per trial, in log order, trials in order of first appearance."""
-    grouped: dict[str, list[StoredEvent]] = defaultdict(list)
-    for row in rows:
-        grouped[row.trial_id].append(row)
-    return dict(grouped)
 
 
 def session_ends(sessions: Iterable[SessionInfo]) -> dict[int, str]:

@@ -28,6 +28,7 @@ from statemachine.log.schema import driver_sessions, events, experiments
 
 _READ_PAGE = 5_000
 _FOLD_PAGE = 20_000
+_TRIALS_CHUNK = 500  # trials a statement of read_trials (about 10,000 rows at 20 a trial)
 
 
 def last_seqs(conn: Connection, experiment_id: int, trials: Iterable[str]) -> dict[str, int]:
@@ -108,6 +109,33 @@ class Queries:
             after = rows[-1][0]
             if remaining is not None:
                 remaining -= len(rows)
+
+    def read_trials(
+        self, experiment: str, trial_ids: Iterable[str] | None = None
+    ) -> Iterator[tuple[str, list[StoredEvent]]]:
+        """See :meth:`EventStore.read_trials`."""
+        db = self._db
+        with db.transaction("reading trials") as conn:
+            experiment_id = db.experiment_id(conn, experiment)
+            ids = sorted(set(trial_ids)) if trial_ids is not None else _trial_ids(
+                conn, experiment_id)
+        for chunk in chunks(ids, _TRIALS_CHUNK):
+            query = (
+                select(*EVENT_COLUMNS)
+                .where(events.c.experiment_id == experiment_id, events.c.trial_id.in_(chunk))
+                .order_by(events.c.trial_id, events.c.seq)
+            )
+            with db.transaction("reading trials") as conn:
+                rows = conn.execute(query).all()
+            trial: list[StoredEvent] = []
+            for row in rows:
+                event = stored_event(row, experiment)
+                if trial and trial[0].trial_id != event.trial_id:
+                    yield trial[0].trial_id, trial
+                    trial = []
+                trial.append(event)
+            if trial:
+                yield trial[0].trial_id, trial
 
     def read_event_rows(self, experiment: str) -> Iterator[Any]:
         """See :meth:`EventStore.read_event_rows`."""

@@ -304,6 +304,14 @@ class EventStore:
             experiment, from_position=from_position, limit=limit, upto_time=upto_time
         )
 
+    def read_trials(
+        self, experiment: str, trial_ids: Iterable[str] | None = None
+    ) -> Iterator[tuple[str, list[StoredEvent]]]:
+        """Each trial's events in sequence order, a trial at a time (trials sorted by id; only
+        ``trial_ids`` when given, those without events left out), read a few hundred trials a
+        statement: memory holds one chunk of trials, never the whole experiment."""
+        return self._queries.read_trials(experiment, trial_ids)
+
     def read_event_rows(self, experiment: str) -> Iterator[Any]:
         """The rows of :meth:`read_experiment` as selected, without building records.
 

@@ -366,6 +366,24 @@ class StoreContract:
         assert [*store.read_experiment("exp", limit=4)] == (a + b)[:4]
         assert [*store.read_experiment("exp", from_position=b[-1].position)] == []
 
+    def test_read_trials_gives_each_trials_events_a_trial_at_a_time(
+        self, store: EventStore
+    ) -> None:
+        session = store.start_session("exp", policy=POLICY)
+        other = store.start_session("other", policy=POLICY)
+        _append_lifecycle(store, other, "a")
+        # 1,200 trials whose events interleave in the log: more than one chunk of trials
+        names = [f"t{i:04d}" for i in range(1200)]
+        store.append_batch(session, [AppendRequest(n, TrialAdded(), 0) for n in names])
+        store.append_batch(session, [AppendRequest(n, TrialStarted(), 1) for n in names])
+        read = list(store.read_trials("exp"))
+        assert [trial for trial, _ in read] == names
+        assert all(rows == store.read_trial("exp", trial) for trial, rows in read[::97])
+        assert [len(rows) for _, rows in read] == [2] * 1200
+        assert [t for t, _ in store.read_trials("exp", ["t0999", "t0001", "nope"])] == [
+            "t0001", "t0999"]
+        assert list(store.read_trials("exp", [])) == []
+
     def test_listing_experiments_and_trials(self, store: EventStore) -> None:
         session = store.start_session("exp", policy=POLICY)
         store.start_session("empty", policy=POLICY)

@@ -9,12 +9,7 @@ import click
 from statemachine.cli.db import BadInput, open_store
 from statemachine.cli.output import Column, Output, counted, json_option, wide_option
 from statemachine.cli.params import CauseBudgetType, CauseRuleType, RepeatsType, count
-from statemachine.cli.reading import (
-    decode_trial,
-    group_by_trial,
-    require_experiment,
-    require_trial,
-)
+from statemachine.cli.reading import decode_trial, require_experiment, require_trial
 from statemachine.cli.whatif import hypothetical, json_changes
 from statemachine.cli.whatif import what_if as replay_what_if
 from statemachine.domain.policy import ExhaustionAction, RestorePhase, RetryPolicy
@@ -97,12 +92,14 @@ def what_if(
     with open_store(out.db) as store:
         experiment = require_experiment(store, experiment)
         trial_ids = tuple(require_trial(store, experiment, t)[1] for t in trial_ids)
-        grouped = group_by_trial(store.read_experiment(experiment))
-        results = [
-            replay_what_if(tid, [e for _, e in decode_trial(rows, out)], changes)
-            for tid, rows in grouped.items()
-            if not trial_ids or tid in trial_ids
-        ]
+        # a trial at a time (memory holds one trial's events, not the experiment's), shown
+        # in order of first appearance in the log
+        placed = sorted(
+            ((rows[0].position,
+              replay_what_if(tid, [e for _, e in decode_trial(rows, out)], changes))
+             for tid, rows in store.read_trials(experiment, trial_ids or None)),
+            key=lambda pair: pair[0])
+        results = [result for _, result in placed]
     if as_json:
         out.json({
             "experiment": experiment,
