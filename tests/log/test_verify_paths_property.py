@@ -17,11 +17,13 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import create_engine, text
 
 from statemachine import ExperimentLog, RetryPolicy
+from statemachine.exceptions import StoreError
 from statemachine.log import EventStore, Verifier, replay_experiment, verify
 from statemachine.log.verification import session_spans
 from tests.log.test_read_model_property import write
@@ -140,3 +142,16 @@ def test_every_damage_on_every_other_row_is_found_alike() -> None:
         # the damage was seen, in every way verify words it
         assert found >= {"event", "counters", "status_after", "decision", "error_type",
                          "recorded_at", "epoch", "snapshot"}, found
+
+
+def test_a_driver_error_while_paging_rows_is_a_store_error_naming_the_read() -> None:
+    # The rows come from the driver's cursor, not through SQLAlchemy: its errors must still
+    # read as every other read's (a StoreError naming what was being done, exit 2 in the CLI).
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "log.db"
+        _two_session_log(f"sqlite:///{path}")
+        with sqlite3.connect(path) as conn:
+            conn.execute("ALTER TABLE events RENAME COLUMN payload TO renamed")
+        with EventStore.open(f"sqlite:///{path}", create=False) as store:
+            with pytest.raises(StoreError, match=r"reading an experiment failed.*payload"):
+                verify(store, "exp")
