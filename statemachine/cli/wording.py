@@ -295,7 +295,10 @@ def _advanced(f: Folded, event: ResumeAdvanced) -> str:
 
 
 def _not_advanced(f: Folded, event: ResumeNotAdvanced) -> str:
-    return (f"Resumed from Ray's saved state although the log recorded "
+    # the user's Tuner.restore options (resume_unfinished=False, restart_errored=True)
+    asked = event.reason.startswith("the user asked to ")
+    how = "Run from scratch" if asked else "Resumed from Ray's saved state"
+    return (f"{how} although the log recorded "
             f"{_checkpoint(event.checkpoint)}: {event.reason}; that work is redone.")
 
 

@@ -15,7 +15,8 @@ an event folded from the very state object the log holds for the trial is append
 was folded, without a second fold; any other is folded again here.
 
 Opening rehydrates every trial from its newest snapshot plus the events after it. Snapshots
-are written every ``snapshot_every`` events of a trial and for every trial at a clean close.
+are written every ``snapshot_every`` events of a trial and for every trial at a clean close,
+each with the trial's share of the per-node tally (:mod:`statemachine.log.node_shares`).
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.state import TrialState
 from statemachine.exceptions import ConcurrencyError, ConfigurationError, StoreError
 from statemachine.log.dialect import DEFAULT_BUSY_TIMEOUT_MS
+from statemachine.log.node_shares import count_appended
 from statemachine.log.records import AppendRequest, DriverSession, new_event_id, new_event_ids
-from statemachine.log.replay import fold_stored, rehydrate
+from statemachine.log.replay import fold_stored, rehydrate, share_of
+from statemachine.log.snapshot import Share
 from statemachine.log.store import EventStore
 
 logger = logging.getLogger(__name__)
@@ -72,11 +75,16 @@ class ExperimentLog:
         *,
         snapshot_every: int,
         owns_store: bool,
+        shares: dict[str, Share] | None = None,
     ) -> None:
         """Use :meth:`open` instead."""
         self.store = store
         self.session = session
         self._states = states
+        #: Each trial's share of the per-node tally at its state (missing: no attempt yet;
+        #: ``None``: not known, as for every trial of ``states`` given without ``shares``).
+        self._shares: dict[str, Share] = (
+            shares if shares is not None else dict.fromkeys(states))
         self._snapshot_every = snapshot_every
         self._owns_store = owns_store
         self._closed = False
@@ -133,12 +141,14 @@ class ExperimentLog:
                                    "are in the log under the old name)", old, experiment)
             session = store.start_session(experiment, policy=policy, storage_path=storage_path,
                                           kind=session_kind)
-            states = rehydrate(store, experiment)
+            shares: dict[str, Share] = {}
+            states = rehydrate(store, experiment, shares)
         except BaseException:
             if owns:
                 store.close()
             raise
-        log = cls(store, session, states, snapshot_every=snapshot_every, owns_store=owns)
+        log = cls(store, session, states, snapshot_every=snapshot_every, owns_store=owns,
+                  shares=shares)
         log.renamed_from = renamed_from
         return log
 
@@ -312,6 +322,7 @@ class ExperimentLog:
             for trial_id in pending:
                 self._reload(trial_id)
             raise
+        count_appended(self._shares, requests)
         due = []
         for trial_id, work in pending.items():
             before = self._states.get(trial_id)
@@ -323,7 +334,7 @@ class ExperimentLog:
             self._states[trial_id] = work
         if due:
             try:
-                self.store.save_snapshots(self.session, due)
+                self.store.save_snapshots(self.session, due, self._shares)
             except StoreError as exc:
                 # The events are stored and kept: a snapshot is only a cache of them, so a
                 # failed one must not turn a durable record into an error (and a retry).
@@ -331,10 +342,9 @@ class ExperimentLog:
         return results
 
     def _reload(self, trial_id: str) -> None:
-        replay = fold_stored(
-            trial_id, self.store.read_trial(self.experiment, trial_id), keep_steps=False
-        )
+        replay = fold_stored(trial_id, self.store.read_trial(self.experiment, trial_id))
         self._states[trial_id] = replay.state
+        self._shares[trial_id] = share_of(replay.steps)
 
     # ------------------------------------------------------------ closing
 
@@ -350,7 +360,8 @@ class ExperimentLog:
         try:
             try:
                 if clean:
-                    self.store.save_snapshots(self.session, self._states.values())
+                    self.store.save_snapshots(self.session, self._states.values(),
+                                              self._shares)
             except BaseException:
                 clean = False  # e.g. fenced: the session did not end cleanly
                 raise

@@ -40,7 +40,7 @@ _VERSION = Table(_VERSION_TABLE, MetaData(), Column("version_num", String(32)))
 #: Every revision of ``migrations/versions``, oldest first (the last is the head): what a
 #: database's stamp is checked against without importing Alembic. A new script adds its
 #: revision here (tests/log/test_migrations.py compares this with Alembic's own chain).
-REVISIONS = ("0001", "0002", "0003", "0004", "0005")
+REVISIONS = ("0001", "0002", "0003", "0004", "0005", "0006")
 
 #: The command that creates or migrates an event log without a checkout.
 UPGRADE_COMMAND = "trial-replay --db URL db upgrade"

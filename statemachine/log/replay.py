@@ -25,12 +25,16 @@ from datetime import datetime
 from statemachine.domain.compiled import apply_compiled, fold_compiled, step_compiled
 from statemachine.domain.events import Event, decode_event
 from statemachine.domain.machine import TransitionRecord
+from statemachine.domain.node_tally import TrialNodes
 from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.state import TrialState
+from statemachine.domain.status import Status
 from statemachine.exceptions import EventDecodeError, InvalidTransitionError
 from statemachine.log.bulk import collector_paused
 from statemachine.log.history import ReplayHistory, SnapshotHistory
+from statemachine.log.node_shares import ATTEMPT_TYPES, count_share
 from statemachine.log.records import StoredEvent
+from statemachine.log.snapshot import Share
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,19 +241,40 @@ def _replay_lean(
     return replays
 
 
-def rehydrate(store: SnapshotHistory, experiment: str) -> dict[str, TrialState]:
+def share_of(steps: Iterable[ReplayStep]) -> TrialNodes:
+    """The share of the per-node tally of a trial folded from its start (its steps)."""
+    share = TrialNodes()
+    for step in steps:
+        share.count(step.stored.seq, step.stored.event,
+                    step.record.status_after is Status.RESTORING)
+    return share
+
+
+def rehydrate(
+    store: SnapshotHistory, experiment: str, shares: dict[str, Share] | None = None
+) -> dict[str, TrialState]:
     """Every trial's current state: its newest usable snapshot plus the events after it.
 
     Always equal to a full replay (:func:`replay_experiment`): a snapshot that does not decode
     is ignored (one warning) and its trial folded from all its events. An event that does not
-    fold raises, since a live log must fold.
+    fold raises, since a live log must fold. ``shares``: filled in with each trial's share of
+    the per-node tally at its state (:mod:`statemachine.log.node_shares`; ``None`` for a
+    trial whose snapshot has none).
     """
     with collector_paused():
         loaded = store.load_snapshot_set(experiment)
         states = loaded.states
+        if shares is not None:
+            shares.update({t: loaded.shares.get(t) for t in states})
         for item in store.read_tails(experiment, refold=loaded.unusable):
             state = states.get(item.trial_id)
             if state is None:
                 state = states[item.trial_id] = TrialState(item.trial_id)
-            apply_compiled(state, item.event)
+                if shares is not None:
+                    shares[item.trial_id] = TrialNodes()  # folded from its start
+            event = item.event
+            apply_compiled(state, event)
+            if shares is not None and type(event) in ATTEMPT_TYPES:
+                count_share(shares, item.trial_id, state.seq, event,
+                            state.status is Status.RESTORING)
     return states

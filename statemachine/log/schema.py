@@ -164,6 +164,11 @@ snapshots = Table(
     Column("total_restore_failures", Integer, nullable=True),
     Column("preemptions", Integer, nullable=True),
     Column("error_type", String(64), nullable=True),
+    # The trial's share of the per-node tally at ``seq`` (revision 0006), JSON
+    # (:class:`~statemachine.domain.node_tally.TrialNodes`): ``trial-replay nodes`` sums
+    # these instead of reading every attempt. NULL: not known (a row written before 0006,
+    # or by a driver that resumed from one), and the trial's attempts are read instead.
+    Column("nodes", Text, nullable=True),
     PrimaryKeyConstraint("experiment_id", "trial_id"),
 )
 

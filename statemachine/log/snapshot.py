@@ -12,9 +12,11 @@ machine, built once").
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from statemachine.domain.machine import MACHINE_REVISION
+from statemachine.domain.node_tally import TrialNodes
 from statemachine.domain.state import TrialState
 from statemachine.exceptions import EventDecodeError
 from statemachine.log.records import dump_json, load_json, parse_json
@@ -43,6 +45,35 @@ def summary_values(state: TrialState) -> dict[str, object]:
     }
 
 
+#: A trial's share of the per-node tally as a snapshot row keeps it: decoded, its stored
+#: text (not decoded yet: most trials never need it), or ``None`` (not known).
+Share = TrialNodes | str | None
+#: The stored form of a share of no attempt (a trial that has not started yet).
+NO_ATTEMPTS = dump_json(TrialNodes().to_dict())
+
+
+def share_text(shares: Mapping[str, Share] | None, trial_id: str) -> str | None:
+    """The ``nodes`` column of a trial's snapshot row: its share in ``shares`` (a trial
+    missing there has had no attempt); ``None`` (not known) for every trial when
+    ``shares`` is ``None``."""
+    if shares is None:
+        return None
+    share = shares.get(trial_id, NO_ATTEMPTS)
+    if share is None or isinstance(share, str):
+        return share
+    return dump_json(share.to_dict())
+
+
+def decode_share(text: str) -> TrialNodes | None:
+    """A stored share, or ``None`` if it does not decode (the trial's attempts are read
+    instead: a snapshot is only a cache)."""
+    try:
+        data = parse_json(text)
+        return TrialNodes.from_dict(data)
+    except (AttributeError, KeyError, TypeError, ValueError, IndexError, EventDecodeError):
+        return None
+
+
 def decode_state(text: str, trial_id: str) -> TrialState:
     """Rebuild a stored state, or raise :class:`EventDecodeError`."""
     try:
@@ -65,3 +96,5 @@ class SnapshotLoad:
 
     states: dict[str, TrialState]
     unusable: frozenset[str] = field(default_factory=frozenset)
+    shares: dict[str, Share] = field(default_factory=dict)
+    """Each usable snapshot's share of the per-node tally, as stored (see :data:`Share`)."""

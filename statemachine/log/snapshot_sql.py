@@ -8,7 +8,7 @@ SQL. A snapshot is only a cache of the log: one that does not decode is treated 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Integer, bindparam, func, select
@@ -22,10 +22,12 @@ from statemachine.log.mapper import EVENT_COLUMNS, stored_event
 from statemachine.log.records import DriverSession, StoredEvent, utcnow
 from statemachine.log.schema import events, snapshots
 from statemachine.log.snapshot import (
+    Share,
     SnapshotLoad,
     decode_state,
     encode_state,
     machine_version,
+    share_text,
     summary_values,
 )
 from statemachine.log.write_checks import WriteChecks
@@ -35,7 +37,7 @@ logger = logging.getLogger("statemachine.log")
 #: Snapshot rows fetched and decoded at a time by :meth:`SnapshotTable.load`.
 _LOAD_BATCH = 2_000
 _SNAPSHOT_VALUES = ("seq", "state", "machine_version", "epoch", "taken_at", "status", "failures",
-                    "total_restore_failures", "preemptions", "error_type")
+                    "total_restore_failures", "preemptions", "error_type", "nodes")
 
 
 class SnapshotTable:
@@ -45,7 +47,7 @@ class SnapshotTable:
         self._db = db
         self._checks = WriteChecks(db)
         self._load = Prepared(
-            select(snapshots.c.trial_id, snapshots.c.state).where(
+            select(snapshots.c.trial_id, snapshots.c.state, snapshots.c.nodes).where(
                 snapshots.c.experiment_id == bindparam("experiment_id", type_=Integer()),
                 snapshots.c.machine_version
                 == bindparam("machine_version", type_=snapshots.c.machine_version.type),
@@ -64,7 +66,8 @@ class SnapshotTable:
             db.engine.dialect,
         )
 
-    def save(self, session: DriverSession, states: Iterable[TrialState]) -> int:
+    def save(self, session: DriverSession, states: Iterable[TrialState],
+             shares: Mapping[str, Share] | None = None) -> int:
         """See :meth:`EventStore.save_snapshots`."""
         states = [s for s in states if s.seq > 0]
         if not states:
@@ -82,6 +85,7 @@ class SnapshotTable:
                 "epoch": session.epoch,
                 "taken_at": now,
                 **summary_values(s),
+                "nodes": share_text(shares, s.trial_id),
             }
             for s in states
         ]
@@ -106,6 +110,7 @@ class SnapshotTable:
         """See :meth:`EventStore.load_snapshot_set`."""
         db = self._db
         states: dict[str, TrialState] = {}
+        shares: dict[str, Share] = {}
         unusable: dict[str, str] = {}
         with db.transaction("loading snapshots") as conn, collector_paused():
             experiment_id = db.experiment_id(conn, experiment)
@@ -122,11 +127,13 @@ class SnapshotTable:
                     cursor, {"experiment_id": experiment_id, "machine_version": machine_version()}
                 )
                 while rows := cursor.fetchmany(_LOAD_BATCH):
-                    for trial_id, text in rows:
+                    for trial_id, text, share in rows:
                         try:
                             states[trial_id] = decode_state(text, trial_id)
                         except EventDecodeError as exc:
                             unusable[trial_id] = str(exc)
+                        else:
+                            shares[trial_id] = share
             finally:
                 cursor.close()
         if unusable:
@@ -138,7 +145,7 @@ class SnapshotTable:
                 len(unusable), experiment, first,
                 f" (and {len(unusable) - 1} more)" if len(unusable) > 1 else "",
             )  # fmt: skip
-        return SnapshotLoad(states, frozenset(unusable))
+        return SnapshotLoad(states, frozenset(unusable), shares)
 
     def read_tails(
         self, experiment: str, *, refold: Collection[str] = ()

@@ -24,7 +24,7 @@ in :mod:`.dialect`.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -61,7 +61,7 @@ from statemachine.log.records import (
     StoredEvent,
 )
 from statemachine.log.session_sql import SessionTable
-from statemachine.log.snapshot import SnapshotLoad
+from statemachine.log.snapshot import Share, SnapshotLoad
 from statemachine.log.snapshot_sql import SnapshotTable
 from statemachine.log.transfer import import_export
 
@@ -349,13 +349,16 @@ class EventStore:
 
     # ------------------------------------------------------------ snapshots
 
-    def save_snapshots(self, session: DriverSession, states: Iterable[TrialState]) -> int:
+    def save_snapshots(self, session: DriverSession, states: Iterable[TrialState],
+                       shares: Mapping[str, Share] | None = None) -> int:
         """Store each state as its trial's snapshot (one transaction); returns how many.
 
         A snapshot replaces an older one of the same trial, never a newer one. A state folded
         past the trial's stored events is refused (a snapshot is only a cache of the log).
+        ``shares``: each trial's share of the per-node tally at its state's seq (a trial
+        missing there has had no attempt); ``None``: not known, for every trial.
         """
-        return self._snapshots.save(session, states)
+        return self._snapshots.save(session, states, shares)
 
     def load_snapshots(self, experiment: str) -> dict[str, TrialState]:
         """The newest usable snapshot of each trial (written by this same state machine).

@@ -58,7 +58,7 @@ from statemachine.tune.log_session import LogSession
 from statemachine.tune.ray_surface import checkpoint_manager as ray_checkpoints
 from statemachine.tune.ray_surface import trials as ray_trial
 from statemachine.tune.recorder import Recorder
-from statemachine.tune.resume_from_log import save_last_result
+from statemachine.tune.resume_from_log import save_error, save_last_result
 from statemachine.tune.status_changes import StatusChanges
 from statemachine.tune.steering import Steering
 from statemachine.tune.tracking import TrialTracker
@@ -316,6 +316,8 @@ class EventLogCallback(CallbackCounts, ResumeHooks, Callback):
         if trial is None:
             return
         self._attempts.failure_reported(trial)
+        if self.resume_from_log:
+            save_error(trial)
 
     @_never_raises
     def on_trial_result(self, iteration: int | None = None, trials: list[Any] | None = None,

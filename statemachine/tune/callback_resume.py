@@ -15,7 +15,8 @@ from statemachine.tune.log_session import LogSession
 from statemachine.tune.ray_surface import requeue
 from statemachine.tune.ray_surface import trials as ray_trial
 from statemachine.tune.recorder import Recorder
-from statemachine.tune.resume_from_log import advance, advance_regenerated
+from statemachine.tune.resume_from_log import advance
+from statemachine.tune.resume_regenerated import advance_regenerated
 from statemachine.tune.tracking import TrialTracker
 
 __all__ = ["ResumeHooks", "install_hooks"]
@@ -27,11 +28,12 @@ def install_hooks() -> None:
     requeue.install_add(_before_add)
 
 
-def _before_requeue(callbacks: list[Any], trials: list[Any]) -> None:
-    """Every event log callback of the controller sees the restored trials first."""
+def _before_requeue(callbacks: list[Any], trials: list[Any], resume: dict[str, str]) -> None:
+    """Every event log callback of the controller sees the restored trials first, and the
+    user's resume options (:func:`.requeue.resume_types`)."""
     for callback in callbacks:
         if isinstance(callback, ResumeHooks):
-            callback.restored(trials)
+            callback.restored(trials, resume)
 
 
 def _before_add(callbacks: list[Any], trial: Any) -> None:
@@ -55,13 +57,17 @@ class ResumeHooks:
         raise NotImplementedError  # the callback's
 
     @_never_raises
-    def restored(self, trials: list[Any]) -> None:
-        """Ray restored ``trials`` from its saved state and is about to requeue them: write
-        what the log knows into them (:func:`.advance`)."""
+    def restored(self, trials: list[Any], resume: dict[str, str] | None = None) -> None:
+        """Ray restored ``trials`` from its saved state and is about to requeue them with the
+        user's ``resume`` options: write what the log knows into them (:func:`.advance`)."""
         if self._session is not None or not trials:
+            if resume is not None:
+                self._tracker.resume = dict(resume)
             return
         self._session_kind = "restore"
         self._ensure_log(trials[0], trials)
+        if resume is not None:  # the tracker of this driver session (the log is open)
+            self._tracker.resume = dict(resume)
         self._opened_for_requeue = True
         self._tracker.from_ray_state.update(ray_trial.trial_id(t) for t in trials)
         advance(trials, self._tracker, enabled=self.resume_from_log)

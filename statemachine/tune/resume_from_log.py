@@ -18,7 +18,8 @@ whole history the log holds:
 
 A trial Ray created after its last save is not among the restored trials; Ray's search
 algorithm creates it again (same id and config, a new folder) as it queues it:
-:func:`advance_regenerated` points it at its old folder first, then applies the same rules.
+:func:`statemachine.tune.resume_regenerated.advance_regenerated` points it at its old folder
+first, then applies the same rules, with the user's ``Tuner.restore`` options.
 
 Each adjustment is recorded (``ResumeAdvanced``), and so is newer work that is redone anyway,
 with why (``ResumeNotAdvanced``). :func:`plan_resume` is the pure rule; :func:`advance` reads
@@ -47,17 +48,23 @@ from statemachine.domain.status import Status
 from statemachine.tune.ray_surface import checkpoint_manager as ray_checkpoints
 from statemachine.tune.ray_surface import trials as ray_trial
 from statemachine.tune.reconcile import ENDED_WITH_EXPERIMENT, STOPPED_BY_TUNE
-from statemachine.tune.tracking import REGENERATED, TrialTracker
+from statemachine.tune.tracking import TrialTracker
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LAST_RESULT", "ResumePlan", "advance", "advance_regenerated", "end_to_keep",
-           "last_rows", "plan_resume", "save_last_result"]
+__all__ = ["ERROR_FILES", "LAST_RESULT", "ResumePlan", "advance", "end_to_keep", "events_of",
+           "last_rows", "plan_resume", "save_error", "save_last_result", "write_into"]
 
 #: The trial's last result, written by the callback into the trial's folder on storage as it
 #: completes (:func:`save_last_result`): Ray copies ``result.json`` to storage only with its
 #: experiment state, so after a crash a trial that ended since has no rows there.
 LAST_RESULT = "statemachine_last_result.json"
+
+#: Ray's error files of a trial (``error.txt``, ``error.pkl``, written by ``handle_error`` in
+#: the driver's staging folder and copied to storage only with the experiment state) -> the
+#: copies the callback writes into the trial's folder on storage as it errors for good
+#: (:func:`save_error`), which a trial kept ERROR after a crash is given if Ray's are missing.
+ERROR_FILES = {"error.txt": "statemachine_error.txt", "error.pkl": "statemachine_error.pkl"}
 
 #: Why newer work the log knows is redone anyway (``ResumeNotAdvanced.reason``).
 TURNED_OFF = "the user turned it off (EventLogCallback(resume_from_log=False))"
@@ -191,6 +198,27 @@ def _checked(trial: Any, plan: ResumePlan, last: dict[str, Any] | None,
     return applied
 
 
+def write_into(trial: Any, plan: ResumePlan,
+               events: list[Event]) -> tuple[_Applied, dict[str, Any] | None]:
+    """Write ``plan`` into Ray's trial: its newer checkpoints that are complete, and the end
+    ``plan.finished`` with the trial's last result (and error files); ``events``: the log's
+    events of the trial. Returns what was applied, and the last result given."""
+    last, named = last_rows(ray_trial.read_trial_file(trial, "result.json"))
+    if plan.finished is not None:
+        saved, _ = last_rows(ray_trial.read_trial_file(trial, LAST_RESULT))
+        last = saved if saved and _iteration(saved) >= _iteration(last) else last
+    applied = _checked(trial, plan, last, named, _iterations(events))
+    if applied.checkpoints:
+        ray_checkpoints.advance_to(trial, applied.checkpoints)
+    if plan.finished is not None:
+        if last is None and applied.checkpoints:  # result.json not on storage yet
+            last = {**ray_trial.last_result(trial), **applied.checkpoints[-1][1]}
+            last.setdefault("config", ray_trial.config(trial))  # as in Ray's result rows
+            last.setdefault("trial_id", ray_trial.trial_id(trial))
+        _finish(trial, plan.finished, last)
+    return applied, last
+
+
 def advance(trials: list[Any], tracker: TrialTracker, *, enabled: bool = True) -> None:
     """Write what the log knows into the trials Ray has just restored (the log is open)."""
     for trial in trials:
@@ -198,7 +226,7 @@ def advance(trials: list[Any], tracker: TrialTracker, *, enabled: bool = True) -
         if state is None:
             continue  # not in the log: Ray's saved state is all there is
         ray_from = ray_trial.current_checkpoint(trial)
-        events = _events(tracker, trial) if state.status.is_terminal else []
+        events = events_of(tracker, trial) if state.status.is_terminal else []
         plan = plan_resume(state, ray_trial.status(trial), ray_from,
                            ray_trial.num_failures(trial), enabled=enabled,
                            keep_end=end_to_keep(events) if state.status.is_terminal else True)
@@ -208,19 +236,9 @@ def advance(trials: list[Any], tracker: TrialTracker, *, enabled: bool = True) -
             continue
         if plan.finished is None and not plan.newer:
             continue
-        last, named = last_rows(ray_trial.read_trial_file(trial, "result.json"))
-        if plan.finished is not None:
-            saved, _ = last_rows(ray_trial.read_trial_file(trial, LAST_RESULT))
-            last = saved if saved and _iteration(saved) >= _iteration(last) else last
-        iterations = _iterations(events or _events(tracker, trial))
-        applied = _checked(trial, plan, last, named, iterations)
         before = _iteration(ray_checkpoints.checkpoint_metrics(trial))
-        if applied.checkpoints:
-            ray_checkpoints.advance_to(trial, applied.checkpoints)
+        applied, last = write_into(trial, plan, events or events_of(tracker, trial))
         if plan.finished is not None:
-            if last is None and applied.checkpoints:  # result.json not on storage yet
-                last = {**ray_trial.last_result(trial), **applied.checkpoints[-1][1]}
-            _finish(trial, plan.finished, last)
             after = _iteration(last) if last else before
         elif applied.checkpoints:
             after = _iteration(applied.checkpoints[-1][1])
@@ -240,50 +258,6 @@ def advance(trials: list[Any], tracker: TrialTracker, *, enabled: bool = True) -
                                                     reason=applied.missing))
 
 
-def advance_regenerated(trial: Any, tracker: TrialTracker, *, enabled: bool = True) -> None:
-    """Before Ray queues ``trial``: if its search algorithm created it again after a restore
-    (:meth:`TrialTracker.regenerated`), point it at the folder the log's checkpoints name (else
-    the one experiment folder named with its id) and resume it as :func:`advance` does (an
-    end kept, the newest complete checkpoint). Otherwise the log says why its work is redone:
-    turned off, its folder not found, an ERROR end (the user's ``resume_errored`` applies only
-    to trials in Ray's state), nothing complete to resume from."""
-    state = tracker.regenerated(trial)
-    if state is None:
-        return
-    events = _events(tracker, trial)
-    folder = _old_folder(trial, state)
-    reason: str | None = REGENERATED
-    if not enabled:
-        reason = TURNED_OFF
-    elif (folder is not None and state.status is not Status.ERROR
-          and (not state.status.is_terminal or end_to_keep(events))):
-        ray_trial.point_to_folder(trial, folder)
-        if state.status.is_terminal and not (ray_trial.read_trial_file(trial, LAST_RESULT)
-                                             or ray_trial.read_trial_file(trial, "result.json")):
-            reason = f"{folder}: {NO_RESULT}"
-        else:
-            advance([trial], tracker)
-            reason = None
-        if ray_trial.never_ran(trial):  # nothing advanced (advance said why): a new folder
-            ray_trial.point_to_folder(trial, None)
-    if reason is not None:
-        tracker.record(trial, ResumeNotAdvanced(checkpoint=state.latest_checkpoint,
-                                                reason=reason))
-
-
-def _old_folder(trial: Any, state: TrialState) -> str | None:
-    """The trial's folder before the crash, under the experiment's folder: the one its newest
-    logged checkpoint is in, else the only one whose name holds its id (Ray's default names
-    ``<trainable>_<id>_<tag>_<time>``)."""
-    names = ray_trial.experiment_folder_names(trial)
-    for path in reversed(state.checkpoints):
-        parts = path.rstrip("/").rsplit("/", 2)
-        if len(parts) == 3 and parts[1] in names:
-            return parts[1]
-    marked = [name for name in names if f"_{ray_trial.trial_id(trial)}_" in f"_{name}_"]
-    return marked[0] if len(marked) == 1 else None
-
-
 def save_last_result(trial: Any) -> None:
     """Write the trial's last result (JSON, as Ray's ``result.json`` rows) to
     :data:`LAST_RESULT` in its folder on storage, for a resume after a crash."""
@@ -294,7 +268,20 @@ def save_last_result(trial: Any) -> None:
                        ray_trial.trial_id(trial), LAST_RESULT)
 
 
-def _events(tracker: TrialTracker, trial: Any) -> list[Event]:
+def save_error(trial: Any) -> None:
+    """Copy the error files Ray wrote for ``trial`` in the driver's staging folder to
+    :data:`ERROR_FILES` in its folder on storage, with its last result, for a resume after a
+    crash (the trial errored for good)."""
+    save_last_result(trial)
+    for name, data in ray_trial.local_error_files(trial).items():
+        if name in ERROR_FILES and not ray_trial.write_trial_file(trial, ERROR_FILES[name],
+                                                                  data):
+            logger.warning("statemachine: trial %s: could not write %s",
+                           ray_trial.trial_id(trial), ERROR_FILES[name])
+
+
+def events_of(tracker: TrialTracker, trial: Any) -> list[Event]:
+    """The events the log holds for ``trial`` (``[]``: the log is not open)."""
     recorder = tracker.recorder
     return recorder.events(ray_trial.trial_id(trial)) if recorder is not None else []
 
@@ -312,5 +299,6 @@ def _finish(trial: Any, status: str, last: dict[str, Any] | None) -> None:
         ray_trial.set_last_result(trial, last)
     if status == "ERROR":
         names = set(ray_trial.trial_folder_names(trial))
-        ray_trial.set_error_files(trial, "error.txt" if "error.txt" in names else None,
-                                  "error.pkl" if "error.pkl" in names else None)
+        found = [ray if ray in names else ours if ours in names else None
+                 for ray, ours in ERROR_FILES.items()]
+        ray_trial.set_error_files(trial, found[0], found[1])

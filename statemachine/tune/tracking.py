@@ -11,12 +11,12 @@ A trial Ray created after its last save of the experiment state is not among the
 creates it again, with the same id and config but a new folder (Ray names it with the time),
 and it would run from scratch. Ray's ``add_trial`` shows it to the callback first
 (:func:`~statemachine.tune.ray_surface.requeue.install_add`), which points it at its old folder
-and newest complete checkpoint, or keeps it finished
-(:func:`~statemachine.tune.resume_from_log.advance_regenerated`, through :meth:`TrialTracker.
-regenerated`). Where that is impossible (its folder is not found, it ended in ERROR),
-``ResumeNotAdvanced`` says why the work the log holds for it (a checkpoint, an end) is redone
-(:data:`REGENERATED`; recorded here, the first time the driver sees it, if no add hook saw it
-first); an ended one is then a new incarnation as above. Everything the
+and newest complete checkpoint, or keeps it finished, with the user's resume options
+(:attr:`TrialTracker.resume`; :func:`~statemachine.tune.resume_regenerated.advance_regenerated`,
+through :meth:`TrialTracker.regenerated`). Where that is impossible (its folder is not found,
+turned off), ``ResumeNotAdvanced`` says why the work the log holds for it (a checkpoint, an
+end) is redone (:data:`REGENERATED`; recorded here, the first time the driver sees it, if no
+add hook saw it first); an ended one is then a new incarnation as above. Everything the
 callback, the steering and the node avoidance record goes through :meth:`TrialTracker.record`.
 """
 
@@ -30,6 +30,7 @@ from statemachine.domain.events import Event, ResumeNotAdvanced, TrialAdded, Tri
 from statemachine.domain.machine import TransitionRecord
 from statemachine.domain.state import TrialState
 from statemachine.tune.ray_surface import trials as ray_trial
+from statemachine.tune.ray_surface.requeue import RESUME_DEFAULTS
 from statemachine.tune.reconcile import REUSED_ID
 from statemachine.tune.recorder import Recorder
 
@@ -71,6 +72,10 @@ class TrialTracker:
         """Ids of the trials Ray restored from its saved experiment state (``Tuner.restore``):
         the same trials as before the restart, never new ones behind a reused id."""
         # the Ray Trial object recorded behind each id (a new object: maybe a new trial)
+        self.resume: dict[str, str] = dict(RESUME_DEFAULTS)
+        """What the user's ``Tuner.restore`` options do with each kind of restored trial
+        (``finished``/``unfinished``/``errored`` -> ``resume``/``restart``/``skip``), read at
+        Ray's requeue; applied to the trials Ray creates again later."""
         self._objects: dict[str, int] = {}
         self._regenerated: set[str] = set()
         self._trials_seen = 0
@@ -141,6 +146,13 @@ class TrialTracker:
         """Track the trial, then fold and record ``event`` (``None``: the fold refused it)."""
         self.track(trial)
         return self._open().record(ray_trial.trial_id(trial), event)
+
+    def requeue(self, trial: Any, event: Event) -> None:
+        """Record how Ray queues ``trial`` again (``TrialReset``) before :meth:`track` would
+        take it for a new trial behind an ended one's id; it is the Ray object behind its id."""
+        self._open().record(ray_trial.trial_id(trial), event)
+        if self.reconciled:
+            self._objects[ray_trial.trial_id(trial)] = id(trial)
 
     def has_new(self, trials: list[Any]) -> bool:
         """Whether Tune's list of trials changed since :meth:`track_new` last looked."""

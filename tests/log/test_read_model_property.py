@@ -1,7 +1,13 @@
 """Property: the read model (snapshot rows plus the events after them) answers exactly what a
 full fold of the log answers, on SQLite and PostgreSQL, whatever the snapshots are: fresh,
 stale (a crashed driver's, or behind by the snapshot interval), missing, from an older
-machine revision, or without the summary columns (a row 0004 could not fill in)."""
+machine revision, without the summary columns (a row 0004 could not fill in), or without
+(or with a broken) share of the per-node tally (a row written before 0006).
+
+The trials start and fail on nodes (the same node id described differently, nodes known
+only by an IP, none at all) and learn the causes of earlier actor deaths, often after a
+snapshot took the failure into the trial's share: ``nodes`` must still equal the tally of
+the whole history."""
 
 from __future__ import annotations
 
@@ -20,20 +26,94 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from statemachine import InvalidTransitionError, RetryPolicy
+from statemachine.domain.death import ActorDeath, DeathCause
+from statemachine.domain.events import (
+    DeathCauseLearned,
+    Event,
+    RestoreSucceeded,
+    TrialFailed,
+    TrialStarted,
+)
+from statemachine.domain.failures import ActorError, RestoreError, TrainingError
 from statemachine.domain.node_tally import tally_nodes
+from statemachine.domain.nodes import NodeRef
 from statemachine.domain.state import TrialState
 from statemachine.log import EventStore, ExperimentLog, replay_experiment
 from statemachine.log.read import SORTS, STATUSES, ReadModel, TrialSummary
-from tests.log.test_rehydration_property import batch_items, pick, policies, steps
+from tests.log.test_rehydration_property import catalogue, policies, steps
 
 EXPERIMENTS = ("exp", "other")
 
 #: What is done to each trial's snapshot row after the log is written.
 damage = st.dictionaries(
     st.sampled_from(["a", "b", "c", "d"]),
-    st.sampled_from(["delete", "older_machine", "no_summary"]),
+    st.sampled_from(["delete", "older_machine", "no_summary", "no_nodes", "bad_nodes"]),
     max_size=4,
 )
+
+
+#: Where attempts run: one node id described three ways (two equally detailed), a node
+#: known by its IP alone, one by its hostname alone, and nothing known.
+NODES = (
+    NodeRef("a" * 56, "10.0.0.7", None),
+    NodeRef("a" * 56, None, "host-a"),
+    NodeRef("a" * 56, "10.0.0.7", "host-a"),
+    NodeRef("b" * 56),
+    NodeRef(None, "10.0.0.8", None),
+    NodeRef(None, None, "host-c"),
+    None,
+)
+_GONE = "ray.exceptions.ActorDiedError"
+
+
+def node_catalogue(log: ExperimentLog, trial: str, k: int) -> list[Event]:
+    """The rehydration property's events, and starts and failures on nodes, and causes
+    learned for the trial's earlier actor deaths (the seqs of its ``ActorError`` failures,
+    read from the log) or for a seq that is none."""
+    node = NODES[k % len(NODES)]
+    events: list[Event] = [
+        *catalogue(log.policy),
+        TrialStarted(node=node),
+        TrialStarted(restore_from="c1", node=node),
+        TrialFailed(error=ActorError(_GONE, "gone"), node=node),
+        TrialFailed(error=ActorError(_GONE, "gone", death=ActorDeath(DeathCause.OOM)),
+                    node=node),
+        TrialFailed(error=ActorError(_GONE, "drained", preempted=True), node=node),
+        TrialFailed(error=RestoreError("builtins.OSError", "restore"), node=node),
+        TrialFailed(error=TrainingError("builtins.ValueError", "train"), node=node),
+    ]
+    state = log.state(trial)
+    if state is not None:
+        deaths = [seq for seq, event in enumerate(log.events(trial), 1)
+                  if isinstance(event, TrialFailed) and isinstance(event.error, ActorError)]
+        causes = list(DeathCause)
+        for i, seq in enumerate([*deaths, state.seq + 5]):
+            events.append(DeathCauseLearned(failure_seq=seq,
+                                            death=ActorDeath(causes[(k + i) % len(causes)])))
+    return events
+
+
+def pick(log: ExperimentLog, trial: str, k: int) -> Event | None:
+    """The ``k``-th (mod n) event of :func:`node_catalogue` valid for the trial now."""
+    valid = []
+    for event in node_catalogue(log, trial, k // 7):
+        try:
+            log.preview(trial, event)
+        except InvalidTransitionError:
+            continue
+        valid.append(event)
+    return valid[k % len(valid)] if valid else None
+
+
+def batch_items(log: ExperimentLog, step: tuple) -> list[tuple[str, Event]]:
+    """The events of a ``("batch", trials, ks, spoil)`` step (as the rehydration property
+    draws them, from :func:`node_catalogue`)."""
+    _, trials, ks, spoil = step
+    items = [(t, pick(log, t, k)) for t, k in zip(trials, ks, strict=False)]
+    found = [(t, e) for t, e in items if e is not None]
+    if spoil:
+        found.extend([(trials[0], RestoreSucceeded()), (trials[0], RestoreSucceeded())])
+    return found
 
 
 def write(url: str, policy: RetryPolicy, snapshot_every: int, script: list[tuple],
@@ -73,6 +153,11 @@ def spoil_snapshots(url: str, experiment: str, damage: dict[str, str]) -> None:
             elif how == "older_machine":
                 conn.execute(text(f"UPDATE snapshots SET machine_version = 'rev0' WHERE {where}"),
                              args)
+            elif how == "no_nodes":
+                conn.execute(text(f"UPDATE snapshots SET nodes = NULL WHERE {where}"), args)
+            elif how == "bad_nodes":
+                conn.execute(text(f"UPDATE snapshots SET nodes = '{{\"nodes\": 3}}' "
+                                  f"WHERE {where}"), args)
             else:
                 conn.execute(text(f"UPDATE snapshots SET status = NULL, failures = NULL, "
                                   f"total_restore_failures = NULL, preemptions = NULL, "

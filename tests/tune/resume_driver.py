@@ -5,7 +5,9 @@ usage: python resume_driver.py fit|restore STORAGE NAME CTL WITH_CALLBACK KIND O
 ``fit`` starts ``TRIALS`` trials x ``ITERS`` iterations of ``STEP_S`` seconds (2 at a time;
 ``$RESUME_TRIALS``, ``$RESUME_ITERS``, ``$RESUME_STEP_S``, default 4 x 8 of 0.4 s), a
 checkpoint every iteration (``$RESUME_SLOW``, JSON ``{"<x>": factor}``: the trials whose
-iterations take that many times longer, function trainable); the test SIGKILLs it.
+iterations take that many times longer, function trainable; ``$RESUME_FAIL``, JSON ``{"<x>":
+iteration}``: the trials that raise at that iteration while ``CTL/fail`` exists, no retry);
+the test SIGKILLs it.
 ``restore`` continues with ``Tuner.restore`` and writes, per trial, ``[status,
 training_iteration of its last result, its checkpoint's folder name]`` from the
 ``ResultGrid``. KIND is ``function`` or ``class``; WITH_CALLBACK ``0`` (plain Ray), ``1``
@@ -29,6 +31,8 @@ ITERS = int(os.environ.get("RESUME_ITERS", "8"))
 TRIALS = int(os.environ.get("RESUME_TRIALS", "4"))
 STEP_S = float(os.environ.get("RESUME_STEP_S", "0.4"))
 SLOW = {"slow": json.loads(os.environ["RESUME_SLOW"])} if os.environ.get("RESUME_SLOW") else {}
+FAIL = ({"fail_at": json.loads(os.environ["RESUME_FAIL"])} if os.environ.get("RESUME_FAIL")
+        else {})
 
 
 def main(mode: str, storage: str, name: str, ctl: str, with_callback: str, kind: str,
@@ -49,7 +53,7 @@ def main(mode: str, storage: str, name: str, ctl: str, with_callback: str, kind:
             tuner = tune.Tuner(
                 trainable,
                 param_space={"ctl": ctl, "iters": ITERS, "step_s": STEP_S,
-                             "x": tune.grid_search(list(range(1, TRIALS + 1))), **SLOW},
+                             "x": tune.grid_search(list(range(1, TRIALS + 1))), **SLOW, **FAIL},
                 tune_config=tune.TuneConfig(max_concurrent_trials=2),
                 run_config=RunConfig(name=name, storage_path=storage, callbacks=callbacks,
                                      verbose=0, checkpoint_config=checkpoints,

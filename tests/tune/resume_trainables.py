@@ -26,7 +26,8 @@ def _count(ctl: str, trial_id: str, iteration: int) -> None:
 
 def function_counted(config: dict[str, Any]) -> None:
     """A function trainable: checkpoint (``state.json``) with every result; each iteration
-    takes ``step_s`` times ``slow[str(x)]`` (default 1) seconds."""
+    takes ``step_s`` times ``slow[str(x)]`` (default 1) seconds; iteration ``fail_at[str(x)]``
+    raises (before it is counted) while ``<ctl>/fail`` exists."""
     try:
         from ray.tune import Checkpoint, get_checkpoint, get_context, report
     except ImportError:  # Ray 2.40 has them only in ray.train
@@ -38,8 +39,11 @@ def function_counted(config: dict[str, Any]) -> None:
         with ckpt.as_directory() as folder:
             start = json.loads(Path(folder, "state.json").read_text())["it"]
     trial_id = get_context().get_trial_id()
+    fail_at = config.get("fail_at", {}).get(str(config["x"]))
     for i in range(start + 1, config["iters"] + 1):
         time.sleep(config["step_s"] * config.get("slow", {}).get(str(config["x"]), 1))
+        if i == fail_at and Path(config["ctl"], "fail").exists():
+            raise RuntimeError(f"boom at iteration {i}")
         _count(config["ctl"], trial_id, i)
         with tempfile.TemporaryDirectory() as folder:
             Path(folder, "state.json").write_text(json.dumps({"it": i}))

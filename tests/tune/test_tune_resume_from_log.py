@@ -62,7 +62,8 @@ def scenario(tmp: Path, kind: str, callback: str, kill_after: int) -> dict[str, 
     finally:
         kill_group(fit)
     at_kill = len(executed(ctl))
-    saved = rays_saved_trials(storage / "exp")
+    saved_state = rays_saved_state(storage / "exp")
+    saved = set(saved_state)
     before = time.monotonic()
     restore = run(["restore", *base, str(tmp / "out.json")], tmp / "restore.log")
     try:
@@ -71,6 +72,7 @@ def scenario(tmp: Path, kind: str, callback: str, kill_after: int) -> dict[str, 
         kill_group(restore)
     url = f"sqlite:///{storage / 'exp' / 'statemachine.db'}"
     records = [] if callback == "0" else resume_records(url)
+    ahead = [] if callback == "0" else log_ahead_of_ray(url, saved_state)
     figures = {"kind": kind, "callback": callback, "kill_after": kill_after,
                "executed_at_kill": at_kill, "redone": redone(ctl),
                "redone_of_saved": redone_of(ctl, saved), "saved_trials": len(saved),
@@ -80,6 +82,7 @@ def scenario(tmp: Path, kind: str, callback: str, kill_after: int) -> dict[str, 
                "advanced": sum(r.type_name == "ResumeAdvanced" for r in records),
                "kept_finished": sum(r.type_name == "ResumeAdvanced" and r.finished is not None
                                     for r in records),
+               "log_ahead": ahead,
                "grid": json.loads((tmp / "out.json").read_text()), "url": url}
     out = os.environ.get("STATEMACHINE_RESUME_FIGURES")
     if out:
@@ -89,12 +92,41 @@ def scenario(tmp: Path, kind: str, callback: str, kill_after: int) -> dict[str, 
     return figures
 
 
-def rays_saved_trials(folder: Path) -> set[str]:
-    """The trials of Ray's newest saved experiment state: what ``Tuner.restore`` gets back."""
+def rays_saved_state(folder: Path) -> dict[str, Any]:
+    """The trials of Ray's newest saved experiment state: what ``Tuner.restore`` gets back
+    (``StateTrial`` by id)."""
     from statemachine.ingest.ray_files import parse_state_file
 
     newest = max(folder.glob("experiment_state-*.json"), key=lambda p: p.name)
-    return set(parse_state_file(newest.name, newest.read_bytes()).trials)
+    return dict(parse_state_file(newest.name, newest.read_bytes()).trials)
+
+
+def log_ahead_of_ray(url: str, saved: dict[str, Any]) -> list[str]:
+    """The trials whose history before the restore (the fit's epoch) is ahead of Ray's saved
+    state: a checkpoint Ray's state lacks, or an end Ray's state does not have. When Ray
+    saved its state just before the kill there are none, and nothing is to be advanced."""
+    from statemachine.log import EventStore
+
+    with EventStore.open(url, create=False) as store:
+        trials = store.list_trials("exp")
+    histories = {t: stored_events(url, "exp", t) for t in trials}
+    fit = min(e.epoch for events in histories.values() for e in events)
+    ahead = []
+    for trial, events in histories.items():
+        before = [e for e in events if e.epoch == fit]
+        names = [e.event.checkpoint.rstrip("/").rsplit("/", 1)[-1] for e in before
+                 if e.type_name == "CheckpointSaved"]
+        ended = any(e.status_after == "TERMINATED" for e in before)
+        state = saved.get(trial)
+        if state is None:
+            behind = bool(names)
+        else:
+            known = {c.name for c in state.checkpoints}
+            behind = (bool(names) and names[-1] not in known) or (
+                ended and state.status != "TERMINATED")
+        if behind:
+            ahead.append(trial)
+    return ahead
 
 
 def redone_of(ctl: Path, trials: set[str]) -> int:
@@ -129,7 +161,9 @@ def assert_resumed_from_the_log(figures: dict[str, Any]) -> None:
         assert verify(store, "exp").ok
         trials = store.list_trials("exp")
     kinds = [e.type_name for t in trials for e in stored_events(figures["url"], "exp", t)]
-    assert "ResumeAdvanced" in kinds
+    # nothing to advance when Ray saved its state just before the kill (seen once in CI-like
+    # load: "advanced: 0" with every other figure right)
+    assert ("ResumeAdvanced" in kinds) == bool(figures["log_ahead"]), figures["log_ahead"]
     reasons = [e.event.reason for t in trials for e in stored_events(figures["url"], "exp", t)
                if e.type_name == "ResumeNotAdvanced"]
     assert TURNED_OFF not in reasons
@@ -157,8 +191,8 @@ def test_a_driver_crash_redoes_no_finished_work(kind: str, tmp_path: Path) -> No
     kill_after = random.Random(f"{SEED}-{kind}").randint(10, 22)
     ours = scenario(tmp_path / "with", kind, "1", kill_after)
     assert_resumed_from_the_log(ours)
-    words = explain_words(ours["url"])
-    assert "Ray's saved state was" in words
+    if ours["log_ahead"]:
+        assert "Ray's saved state was" in explain_words(ours["url"])
     # without: plain Ray for the function trainable, the callback turned off for the class
     other = scenario(tmp_path / "without", kind, "0" if kind == "function" else "off",
                      kill_after)

@@ -27,7 +27,7 @@ from statemachine.domain.machine import apply, fold
 from statemachine.domain.policy import RetryPolicy
 from statemachine.domain.state import TrialState
 from statemachine.domain.status import Status
-from statemachine.tune.reconcile import RAY_STATUSES, reconcile
+from statemachine.tune.reconcile import NOT_RESUMED, RAY_STATUSES, reconcile
 from statemachine.tune.resume_from_log import (
     PART_HISTORY,
     TURNED_OFF,
@@ -178,7 +178,7 @@ def test_resume_from_log_is_checked_when_the_callback_is_made() -> None:
 def test_a_stop_because_the_experiment_ended_is_not_kept() -> None:
     """A driver aborted by an exception stops what is left (``TrialStopped("the experiment
     ended")``); Ray's older state still has those trials queued, and they run again."""
-    from statemachine.tune.reconcile import ENDED_WITH_EXPERIMENT, NOT_RESUMED
+    from statemachine.tune.reconcile import ENDED_WITH_EXPERIMENT
     from statemachine.tune.resume_from_log import end_to_keep
 
     ended = [TrialStarted(), TrialStopped(ENDED_WITH_EXPERIMENT)]
@@ -191,3 +191,120 @@ def test_a_stop_because_the_experiment_ended_is_not_kept() -> None:
     assert end_to_keep([TrialStarted(), TrialFailed(error=BOOM)])
     assert end_to_keep([TrialStopped(NOT_RESUMED)])
     assert not end_to_keep([])
+
+
+# ------------------------------------------- a trial Ray created again after its last save
+
+def _history(steps: list[str]) -> TrialState:
+    """The trial's folded state after ``steps`` (as the property above plays them)."""
+    state = folded([], max_failures=1)
+    index = 0
+    for step in steps:
+        event: Event | None = None
+        if step == "start" and state.status is Status.PENDING:
+            event = TrialStarted(restore_from=state.latest_checkpoint)
+        elif step == "checkpoint" and state.status is Status.RUNNING:
+            event, index = CheckpointSaved(ckpt(index), index + 1), index + 1
+        elif step == "fail" and state.status is Status.RUNNING:
+            event = TrialFailed(error=BOOM)
+        elif step == "complete" and state.status is Status.RUNNING:
+            event = TrialCompleted()
+        if event is not None:
+            apply(state, event)
+    return state
+
+
+def test_a_regenerated_trial_follows_the_users_resume_options() -> None:
+    from statemachine.tune.resume_regenerated import (
+        ADVANCE,
+        RESTART,
+        RESTART_ERRORED,
+        RESTART_UNFINISHED,
+        RESUME_ERRORED,
+        SCRATCH,
+        SKIP,
+        RegeneratedPlan,
+        plan_regenerated,
+    )
+    from statemachine.tune.tracking import REGENERATED
+
+    defaults = {"unfinished": "resume", "errored": "skip"}
+    error, done, running = Status.ERROR, Status.TERMINATED, Status.RUNNING
+    assert plan_regenerated(error, True, defaults) == RegeneratedPlan(ADVANCE)
+    assert plan_regenerated(error, True, {"errored": "resume"}) == RegeneratedPlan(
+        RESUME_ERRORED)
+    assert plan_regenerated(error, True, {"errored": "restart"}, folder_found=False) == \
+        RegeneratedPlan(RESTART, RESTART_ERRORED)
+    assert plan_regenerated(error, True, defaults, folder_found=False) == RegeneratedPlan(
+        SCRATCH, REGENERATED)
+    assert plan_regenerated(done, True, {"unfinished": "restart"}) == RegeneratedPlan(ADVANCE)
+    assert plan_regenerated(done, False, defaults) == RegeneratedPlan(SCRATCH, REGENERATED)
+    assert plan_regenerated(running, True, {"unfinished": "restart"}) == RegeneratedPlan(
+        SCRATCH, RESTART_UNFINISHED)
+    assert plan_regenerated(running, True, {"unfinished": "skip"}) == RegeneratedPlan(SKIP)
+    assert plan_regenerated(running, True, {"unfinished": "skip"}, folder_found=False) == \
+        RegeneratedPlan(SCRATCH, REGENERATED)
+    assert plan_regenerated(running, True, defaults, enabled=False) == RegeneratedPlan(
+        SCRATCH, TURNED_OFF)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(STEPS[:-1]), max_size=30),
+       st.sampled_from(["resume", "restart", "skip"]),
+       st.sampled_from(["skip", "resume", "restart"]),
+       st.booleans(), st.booleans())
+def test_a_regenerated_trial_gets_the_counters_and_decision_rays_own_restore_gives(
+        steps: list[str], unfinished: str, errored: str, enabled: bool, found: bool) -> None:
+    """A trial Ray created after its last save, created again after a restore: what it is
+    given is what Ray's restore gives a trial its saved state holds as the log has it (the
+    same resume options), never another decision or counter; the records change nothing
+    else in the fold."""
+    from statemachine.domain.events import TrialReset
+    from statemachine.tune.resume_regenerated import (
+        ADVANCE,
+        RESTART,
+        RESUME_ERRORED,
+        SCRATCH,
+        SKIP,
+        plan_regenerated,
+    )
+
+    state = _history(steps)
+    plan = plan_regenerated(state.status, True, {"unfinished": unfinished,
+                                                 "errored": errored},
+                            enabled=enabled, folder_found=found)
+    after = state.copy()
+    if plan.action == RESTART:  # Ray's Trial.reset: a fresh trial, counters from 0
+        assert state.status is Status.ERROR and errored == "restart" and enabled
+        apply(after, TrialReset(from_scratch=True))
+        assert (after.status, after.failures, after.checkpoints) == (Status.PENDING, 0, ())
+    elif plan.action == RESUME_ERRORED:  # as Ray's requeue of its saved ERROR trial
+        assert state.status is Status.ERROR and errored == "resume" and enabled and found
+        apply(after, TrialReset(from_scratch=False))
+        ray = reconcile(state, "PENDING", state.failures, state.latest_checkpoint)
+        assert ray.event == TrialReset(from_scratch=False) and ray.failures is None
+        assert (after.failures, after.checkpoints) == (state.failures, state.checkpoints)
+        resumed = plan_resume(after, "PENDING", None, state.failures)
+        assert resumed.finished is None and resumed.newer == state.checkpoints
+    elif plan.action == SKIP:  # as Ray's requeue skips its saved unfinished trial
+        assert state.status.is_live and unfinished == "skip" and enabled and found
+        ray = reconcile(state, "TERMINATED", state.failures, state.latest_checkpoint)
+        assert ray.event == TrialStopped(NOT_RESUMED) and ray.failures is None
+        apply(after, TrialStopped(NOT_RESUMED))
+        assert (after.status, after.failures, after.checkpoints) == (
+            Status.TERMINATED, state.failures, state.checkpoints)
+    elif plan.action == ADVANCE:
+        assert enabled and found
+        assert state.status is not Status.ERROR or errored == "skip"
+        assert state.status.is_terminal or unfinished == "resume"
+        kept = plan_resume(state, "PENDING", None, 0)
+        assert kept.finished == (state.status.value if state.status.is_terminal else None)
+    else:
+        assert plan.action == SCRATCH and plan.reason
+        assert not enabled or not found or (not state.status.is_terminal
+                                            and unfinished == "restart")
+    for record in (ResumeAdvanced(None, after.latest_checkpoint, 1, None),
+                   ResumeNotAdvanced(state.latest_checkpoint, plan.reason or "")):
+        before = after.copy()
+        apply(after, record)
+        assert _fields(after) == _fields(before)

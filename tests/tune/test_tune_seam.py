@@ -272,3 +272,74 @@ def test_a_trial_pointed_at_its_old_folder_keeps_it_when_ray_starts_it(
     fresh.init_local_path()
     assert Path(ray_trial.trial_path(fresh)).name not in ("None", old.name)
     assert list(inspect.signature(TuneController.add_trial).parameters) == ["self", "trial"]
+
+
+def test_the_users_resume_options_and_the_error_files_ray_wrote_are_read(
+    ray_cluster: None, tmp_path: Path
+) -> None:
+    """The Ray surface's reads for a trial Ray creates again after a restore (issue 27), on
+    the installed Ray: ``resume_types`` of the ``ResumeConfig`` that ``Tuner.restore``'s
+    options build (what ``_requeue_restored_trials`` is called with), and
+    ``local_error_files``, the ``error.txt``/``error.pkl`` Ray's ``handle_error`` wrote."""
+    import inspect
+
+    from ray.exceptions import RayTaskError
+    from ray.tune import ResumeConfig
+    from ray.tune.execution.tune_controller import TuneController
+
+    from statemachine.tune.ray_surface import trials as ray_trial
+    from statemachine.tune.ray_surface.requeue import RESUME_DEFAULTS, resume_types
+
+    assert resume_types(ResumeConfig()) == RESUME_DEFAULTS
+    kind = ResumeConfig.ResumeType
+    assert resume_types(ResumeConfig(unfinished=kind.RESTART, errored=kind.RESUME)) == {
+        "finished": "skip", "unfinished": "restart", "errored": "resume"}
+    assert resume_types(ResumeConfig(errored=kind.RESTART))["errored"] == "restart"
+    assert list(inspect.signature(TuneController._requeue_restored_trials).parameters) == [
+        "self", "trials", "resume_config"]
+    trial = make_trial(tmp_path, "errors", max_failures=0)
+    assert ray_trial.local_error_files(trial) == {}
+    try:
+        raise ValueError("bad luck")
+    except ValueError as exc:
+        error = RayTaskError("train", "Traceback: bad luck", exc)
+    trial.handle_error(error)
+    files = ray_trial.local_error_files(trial)
+    assert sorted(files) == ["error.pkl", "error.txt"]
+    assert b"bad luck" in files["error.txt"]
+    assert "bad luck" in str(pickle.loads(files["error.pkl"]))
+
+
+def test_an_ended_trial_whose_folder_name_drops_its_id_is_found_by_its_last_result(
+    ray_cluster: None, tmp_path: Path
+) -> None:
+    """A trial Ray creates again after a restore, that ended without a logged checkpoint in a
+    folder named by a ``trial_dirname_creator`` that drops its id: its folder is the one whose
+    last result (written by the callback as it ended) names its id; read through the Ray
+    surface's ``read_experiment_file`` on the installed Ray. A trial still running is not
+    looked up that way (it wrote no last result)."""
+    import json
+
+    from ray.train._internal.storage import StorageContext
+    from ray.tune.experiment import Trial
+
+    from statemachine.domain.events import TrialAdded, TrialCompleted, TrialStarted
+    from statemachine.domain.machine import fold
+    from statemachine.tune.resume_from_log import LAST_RESULT
+    from statemachine.tune.resume_regenerated import old_folder
+
+    storage = StorageContext(storage_path=str(tmp_path / "results"), experiment_dir_name="exp")
+    experiment = Path(storage.experiment_fs_path)
+    for name, owner in (("x=1", "abc_00000"), ("x=2", "abc_00001"), ("x=3", None)):
+        (experiment / name).mkdir(parents=True)
+        if owner is not None:
+            (experiment / name / LAST_RESULT).write_text(json.dumps(
+                {"trial_id": owner, "training_iteration": 5}))
+    again = Trial("__fake", stub=True, storage=storage, trial_id="abc_00001")
+    ended, _ = fold("abc_00001", [TrialAdded(), TrialStarted(), TrialCompleted()])
+    running, _ = fold("abc_00001", [TrialAdded(), TrialStarted()])
+    assert old_folder(again, ended) == "x=2"
+    assert old_folder(again, running) is None
+    other = Trial("__fake", stub=True, storage=storage, trial_id="abc_00002")
+    assert old_folder(other, fold("abc_00002", [TrialAdded(), TrialStarted(),
+                                                TrialCompleted()])[0]) is None

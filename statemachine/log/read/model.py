@@ -10,19 +10,16 @@ from its events instead.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from statemachine.domain.events import Event, decode_event
-from statemachine.domain.node_tally import NodeTally, tally_attempts
+from statemachine.domain.node_tally import NodeTally
 from statemachine.domain.nodes import NodeRef
 from statemachine.domain.state import TrialState
-from statemachine.domain.status import Status
-from statemachine.exceptions import EventDecodeError, UnknownTrialError, close_matches
-from statemachine.log.bulk import collector_paused
+from statemachine.exceptions import UnknownTrialError, close_matches
 from statemachine.log.read import sql
+from statemachine.log.read.nodes import node_tallies
 from statemachine.log.read.summary import (
     SORTS,
     STATUSES,
@@ -188,49 +185,14 @@ class ReadModel:
         """Per node, what the experiment's attempts and failures did there; worst first
         (as :func:`~statemachine.domain.node_tally.tally_nodes` of every event).
 
-        Only the starts and failures are read (their own index), each start's restore told
-        by the status the log recorded after it. A trial with an attempt that does not
-        decode, or without that status (rows imported from elsewhere), is folded from all
-        its events instead, up to a row that does not fold (reported through ``on_halt``).
+        The sum of each trial's share as its snapshot keeps it, continued with the trial's
+        attempts after the snapshot; a trial without a usable share is counted from its
+        attempts (each start's restore told by the status the log recorded after it), and
+        one with an attempt that does not decode, or without that status (rows imported
+        from elsewhere), from all its events, up to a row that does not fold (reported
+        through ``on_halt``). See :mod:`statemachine.log.read.nodes`.
         """
-        refold: set[str] = set()
-        with collector_paused():
-            tallies = tally_attempts(self._attempts(experiment, refold, set()))
-            if refold:  # rare: count again without those trials, then fold them whole
-                tallies = tally_attempts(self._with_folded(experiment, refold))
-        return tallies
-
-    def _attempts(
-        self, experiment: str, refold: set[str], skip: set[str]
-    ) -> Iterator[tuple[str, int, Event, bool]]:
-        """The recorded attempts, decoded as they are read (memory stays bounded); a trial
-        whose attempt does not decode (or lacks its recorded status) goes to ``refold``."""
-        for _, trial_id, seq, type_name, version, payload, status_after in sql.attempts(
-            self._store.connections, experiment
-        ):
-            if trial_id in skip or trial_id in refold:
-                continue
-            try:
-                data = json.loads(payload)
-                if type(data) is not dict or status_after is None:
-                    raise EventDecodeError("not as recorded")
-                event = decode_event(type_name, version, data)
-            except (EventDecodeError, TypeError, ValueError):
-                refold.add(trial_id)
-                continue
-            yield trial_id, seq, event, status_after == Status.RESTORING.value
-
-    def _with_folded(
-        self, experiment: str, refold: set[str]
-    ) -> Iterator[tuple[str, int, Event, bool]]:
-        yield from self._attempts(experiment, set(), refold)
-        for trial_id, rows in sql.whole_trials(self._store.connections, experiment, refold):
-            replay = fold_stored(trial_id, rows)
-            if replay.halted_at is not None:
-                self._on_halt(replay.halted_at, replay.halt_reason or "")
-            yield from ((trial_id, step.stored.seq, step.stored.event,
-                         step.record.status_after is Status.RESTORING)
-                        for step in replay.steps)
+        return node_tallies(self._store.connections, experiment, self._on_halt)
 
     # ------------------------------------------------------------ live updates
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import CTE, Connection, Subquery, and_, case, func, or_, select, text
+from sqlalchemy import CTE, Connection, Subquery, and_, case, func, or_, select
 
 from statemachine.domain.state import TrialState
 from statemachine.exceptions import EventDecodeError
@@ -31,7 +31,7 @@ from statemachine.log.engine import chunks
 from statemachine.log.heads import trial_heads
 from statemachine.log.mapper import EVENT_COLUMNS, stored_event
 from statemachine.log.records import ExperimentInfo, utc
-from statemachine.log.schema import ATTEMPTS_WHERE, events, experiments, snapshots
+from statemachine.log.schema import events, experiments, snapshots
 from statemachine.log.snapshot import decode_state, machine_version
 
 if TYPE_CHECKING:
@@ -265,26 +265,6 @@ def experiment_rows(db: Connections) -> list[tuple[int, ExperimentInfo]]:
     ]
 
 
-def attempts(
-    db: Connections, experiment: str
-) -> Iterator[tuple[int, str, int, str, int, str, str | None]]:
-    """The experiment's starts and failures in log order, from their partial index:
-    ``(position, trial_id, seq, type_name, version, payload, status_after)``, read in pages
-    of 20,000 (memory stays bounded)."""
-    with db.transaction("reading the nodes' attempts") as conn:
-        experiment_id = db.experiment_id(conn, experiment)
-    query = (
-        select(events.c.position, events.c.trial_id, events.c.seq, events.c.type_name,
-               events.c.version, events.c.payload, events.c.status_after)
-        # The partial index's own predicate, as literal text: SQLite uses a partial index
-        # only for a WHERE that names its terms (not bound parameters).
-        .where(events.c.experiment_id == experiment_id, text(ATTEMPTS_WHERE))
-        .order_by(events.c.position)
-        .limit(_PAGE)
-    )
-    yield from db.pages(query, events.c.position, "reading the nodes' attempts", _PAGE)
-
-
 def whole_trials(
     db: Connections, experiment: str, trial_ids: Collection[str]
 ) -> Iterator[tuple[str, list[StoredEvent]]]:
@@ -292,9 +272,6 @@ def whole_trials(
     with db.transaction("reading trials") as conn:
         experiment_id = db.experiment_id(conn, experiment)
         yield from _tails(conn, experiment_id, experiment, dict.fromkeys(trial_ids, 0))
-
-
-_PAGE = 20_000
 
 
 def last_position(db: Connections, experiment: str) -> int:

@@ -112,14 +112,20 @@ by :mod:`statemachine.tune.resume_from_log`), all checked in the source of 2.40.
 - the moment to do it (:mod:`.requeue`): ``TuneController._requeue_restored_trials(trials,
   resume_config)`` (private, wrapped once per process: the controller's restored trials go to
   a hook before Ray requeues them) and ``controller._callbacks._callbacks`` (the
-  ``CallbackList``'s list, read) and, after the requeue, for each trial the hook ended,
+  ``CallbackList``'s list, read), the ``resume_config`` it is called with (its ``finished``,
+  ``unfinished``, ``errored``: ``ResumeConfig.ResumeType`` values, read: ``resume_types``;
+  what ``Tuner.restore``'s options asked for, applied to the trials Ray creates again later)
+  and, after the requeue, for each trial the hook ended,
   ``controller._search_alg.on_trial_complete(trial_id, result, error)`` (called, as Ray does
   when a trial ends): ``install``. Same.
 - the trial (:mod:`.trials`): ``trial.status`` (written, before the requeue, with
   ``invalidate_json_state()``): ``set_restored_status``; ``run_metadata.last_result`` and
   ``.last_result_time`` (written, ``invalidate_cache()``): ``set_last_result``;
   ``run_metadata.error_filename``/``.pickled_error_filename`` (written; Ray reads them
-  relative to the trial's folder): ``set_error_files``; ``run_metadata.last_result`` (read):
+  relative to the trial's folder): ``set_error_files``; ``trial.error_file`` and
+  ``trial.pickled_error_file`` (properties, read: the files ``handle_error`` wrote in the
+  driver's staging folder, which Ray copies to storage only with its experiment state):
+  ``local_error_files``; ``run_metadata.last_result`` (read):
   ``last_result``, ``last_iteration``; the trial's folder on its storage filesystem
   (``get_file_info``, ``open_input_stream``, read; ``storage.trial_dir_name``, read: ``None``
   until Ray names the folder, when ``trial_fs_path`` raises): ``has_folder_name``,
@@ -139,7 +145,8 @@ by :mod:`statemachine.tune.resume_from_log`), all checked in the source of 2.40.
   ``install_add``; the folder (:mod:`.trials`), ``trial.relative_logdir`` and
   ``trial.storage.trial_dir_name`` (written, with ``invalidate_json_state()``, as
   ``init_local_path`` does): ``point_to_folder``; the experiment folder's entries on its
-  storage filesystem (read): ``experiment_folder_names``. Same.
+  storage filesystem (read): ``experiment_folder_names``, and a file in one of them (the
+  log's last result of an ended trial, read): ``read_experiment_file``. Same.
 
 Outside this package Ray is used only through public names: ``ray.tune.Callback`` (base of
 :class:`~statemachine.tune.EventLogCallback`), ``ray.__version__`` and the ``Tuner``'s

@@ -8,8 +8,13 @@ name, signature and use in Ray 2.40.0 and 2.60.0) so the callbacks given to the 
 the restored trials first, and can write what the event log knows into them (a newer end, a
 newer checkpoint: :mod:`statemachine.tune.resume_from_log`); Ray's requeue then applies the
 user's resume options to what they wrote. Reads ``controller._callbacks._callbacks`` (the
-``CallbackList``'s list, same in both). Installed once per process, idempotently; a hook that
-raises is reported, never stops the restore.
+``CallbackList``'s list, same in both) and the ``resume_config``'s ``finished``,
+``unfinished`` and ``errored`` (``ResumeConfig.ResumeType`` members, values ``"resume"``,
+``"restart"``, ``"skip"``; same in both), handed to the hook as plain strings
+(:func:`resume_types`): what ``Tuner.restore(resume_unfinished=, resume_errored=,
+restart_errored=)`` asked for, which the hook applies to the trials Ray creates again later.
+Installed once per process, idempotently; a hook that raises is reported, never stops the
+restore.
 
 A trial the hook ended (kept TERMINATED or ERROR as the log saw it) was live in the search
 algorithm's restored state, saved with Ray's older experiment state: after Ray's requeue, each
@@ -34,14 +39,19 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["install", "install_add", "installed"]
+__all__ = ["RESUME_DEFAULTS", "install", "install_add", "installed", "resume_types"]
 
 _MARK = "__statemachine_requeue__"
 _ADD_MARK = "__statemachine_add_trial__"
 _ENDED = ("TERMINATED", "ERROR")
 
-#: Called with (the controller's callbacks, the restored trials) before Ray requeues them.
-RequeueHook = Callable[[list[Any], list[Any]], None]
+#: Ray's ``ResumeConfig()`` defaults, as :func:`resume_types` gives them (what
+#: ``Tuner.restore`` asks for without options).
+RESUME_DEFAULTS = {"finished": "skip", "unfinished": "resume", "errored": "skip"}
+
+#: Called with (the controller's callbacks, the restored trials, :func:`resume_types` of the
+#: user's resume config) before Ray requeues them.
+RequeueHook = Callable[[list[Any], list[Any], dict[str, str]], None]
 #: Called with (the controller's callbacks, the trial) before Ray adds a trial to its queue.
 AddHook = Callable[[list[Any], Any], None]
 
@@ -66,7 +76,7 @@ def install(hook: RequeueHook) -> None:
         before = [(trial, trial.status) for trial in trials]
         try:
             callbacks = list(getattr(self._callbacks, "_callbacks", []) or [])
-            hook(callbacks, list(trials))
+            hook(callbacks, list(trials), resume_types(resume_config))
         except Exception:  # never stops Ray's restore
             logger.exception("statemachine: reading the restored trials failed; Ray's saved "
                              "state is used as it is")
@@ -79,6 +89,19 @@ def install(hook: RequeueHook) -> None:
 
     setattr(requeue, _MARK, True)
     TuneController._requeue_restored_trials = requeue  # type: ignore[method-assign]
+
+
+def resume_types(resume_config: Any) -> dict[str, str]:
+    """What the user's ``ResumeConfig`` does with each kind of restored trial: ``finished``,
+    ``unfinished``, ``errored`` -> ``"resume"``, ``"restart"`` or ``"skip"`` (Ray's default
+    where it does not say)."""
+    types = dict(RESUME_DEFAULTS)
+    for kind in types:
+        value = getattr(resume_config, kind, None)
+        value = getattr(value, "value", value)
+        if isinstance(value, str) and value in ("resume", "restart", "skip"):
+            types[kind] = value
+    return types
 
 
 def install_add(hook: AddHook) -> None:

@@ -26,10 +26,12 @@ __all__ = [
     "is_restoring",
     "last_iteration",
     "last_result",
+    "local_error_files",
     "max_failures",
     "never_ran",
     "num_failures",
     "point_to_folder",
+    "read_experiment_file",
     "read_trial_file",
     "set_error_files",
     "set_last_result",
@@ -97,6 +99,22 @@ def error_file(trial: Trial) -> str | None:
     """The trial's ``error.txt`` on the driver, once Ray has written one."""
     path = trial.error_file
     return str(path) if path else None
+
+
+def local_error_files(trial: Trial) -> dict[str, bytes]:
+    """The ``error.txt`` and ``error.pkl`` Ray's ``handle_error`` wrote for the trial in the
+    driver's staging folder (``trial.error_file``, ``trial.pickled_error_file``), by name
+    (``{}``: none, or unreadable)."""
+    found: dict[str, bytes] = {}
+    for name in ("error_file", "pickled_error_file"):
+        try:
+            path = getattr(trial, name)
+            if path:
+                with open(str(path), "rb") as f:
+                    found[str(path).rsplit("/", 1)[-1]] = f.read()
+        except Exception:  # gone, unreadable, or a half-built trial: nothing to tell
+            continue
+    return found
 
 
 # ---------------------------------------------------------------------- where it stands
@@ -249,6 +267,17 @@ def read_trial_file(trial: Trial, name: str) -> bytes | None:
     """The bytes of ``name`` in the trial's folder on storage, ``None`` if it cannot be read."""
     try:
         with storage_filesystem(trial).open_input_stream(f"{trial_path(trial)}/{name}") as f:
+            return bytes(f.readall())
+    except Exception:  # missing or unreadable: nothing to tell
+        return None
+
+
+def read_experiment_file(trial: Trial, relative: str) -> bytes | None:
+    """The bytes of ``relative`` (a path under the experiment's folder) on storage, ``None``
+    if it cannot be read."""
+    try:
+        with storage_filesystem(trial).open_input_stream(
+                f"{experiment_path(trial)}/{relative}") as f:
             return bytes(f.readall())
     except Exception:  # missing or unreadable: nothing to tell
         return None
