@@ -24,7 +24,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from statemachine.exceptions import StoreError, UnknownExperimentError, close_matches
 from statemachine.log.dialect import WRITER, backend_of
-from statemachine.log.engine import describe, translated
+from statemachine.log.engine import Prepared, describe, translated
 from statemachine.log.file_watch import FileWatch
 from statemachine.log.schema import experiments
 
@@ -103,9 +103,8 @@ class Connections:
     def _raw(self, what: str, one_statement: bool) -> Iterator[Any]:
         with self.lock, translated(what, self.url):
             writer = self._writer_connection()
-            dialect = self.engine.dialect
             backend = self.backend
-            dbapi_error = dialect.loaded_dbapi.Error
+            dbapi_error = self.engine.dialect.loaded_dbapi.Error
             dbapi = writer.connection.dbapi_connection
             if dbapi is None:  # pragma: no cover - a connection just checked out has one
                 raise StoreError(f"no database connection to {describe(self.url)}")
@@ -124,14 +123,8 @@ class Connections:
                 if not alone:
                     with contextlib.suppress(Exception):
                         dbapi.rollback()
-                if isinstance(exc, dbapi_error):  # as SQLAlchemy wraps a driver's error
-                    lost = bool(dialect.is_disconnect(exc, dbapi, cursor))
-                    if lost:
-                        writer.invalidate(exc)
-                    raise DBAPIError.instance(
-                        None, None, exc, dbapi_error, hide_parameters=True,
-                        connection_invalidated=lost, dialect=dialect,
-                    ) from exc  # fmt: skip
+                if isinstance(exc, dbapi_error):
+                    raise self._wrapped(exc, writer, cursor) from exc
                 raise
             finally:
                 if cursor is not None:
@@ -141,6 +134,19 @@ class Connections:
                     with contextlib.suppress(Exception):  # a lost connection was invalidated
                         backend.set_autocommit(dbapi, False)
             self._check_file()  # committed: was it into the file at the log's path?
+
+    def _wrapped(self, exc: Any, conn: Connection, cursor: Any) -> DBAPIError:
+        """A driver's error as SQLAlchemy wraps it (so :func:`translated` names it), ``conn``
+        invalidated when the error says the connection is lost (as SQLAlchemy does)."""
+        dialect = self.engine.dialect
+        lost = bool(dialect.is_disconnect(exc, conn.connection.dbapi_connection, cursor))
+        if lost:
+            conn.invalidate(exc)
+        wrapped: DBAPIError = DBAPIError.instance(
+            None, None, exc, dialect.loaded_dbapi.Error, hide_parameters=True,
+            connection_invalidated=lost, dialect=dialect,
+        )  # fmt: skip
+        return wrapped
 
     def _writer_connection(self) -> Connection:
         if not self.writable:
@@ -176,6 +182,29 @@ class Connections:
             with self.transaction(what) as conn:
                 rows = conn.execute(query.where(key > after)).all()
             yield from rows
+            if len(rows) < page:
+                return
+            after = rows[-1][0]
+
+    def raw_pages(self, statement: Prepared, values: dict[str, Any], what: str,
+                  page: int) -> Iterator[list[Any]]:
+        """What :meth:`pages` reads, for a statement compiled once (its rows ordered by its
+        first column, bound ``after`` it, at most ``page`` a statement), run on a pooled
+        reader's DBAPI cursor: the driver's rows as they come (no SQLAlchemy row each, no
+        result processing: the caller does what its columns need), a page at a time, each
+        in its own read transaction; errors translated as :meth:`transaction`'s."""
+        after = 0
+        while True:
+            with self._read(what) as conn:
+                cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+                try:
+                    statement.run(cursor, {**values, "after": after})
+                    rows: Any = cursor.fetchall()
+                except self.engine.dialect.loaded_dbapi.Error as exc:
+                    raise self._wrapped(exc, conn, cursor) from exc
+                finally:
+                    cursor.close()
+            yield rows
             if len(rows) < page:
                 return
             after = rows[-1][0]

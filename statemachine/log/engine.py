@@ -179,6 +179,13 @@ class Prepared:
         #: The values are the parameters as they are (tuples in the statement's order).
         self.in_order = fields is not None and tuple(fields) == self.names
         self._get = _getter(keys)
+        # A value the statement carries itself (a ``LIMIT`` of a constant, SQLite's ``OFFSET
+        # 0``) is bound as a parameter too: given dict values, it is added to them.
+        constants = {name: bind.value for name, bind in compiled.binds.items()
+                     if name in self.names and not bind.required}
+        if constants and fields is None:
+            get = self._get
+            self._get = lambda values: get({**constants, **values})
         self._processed = tuple(
             (i, processors[n]) for i, n in enumerate(self.names) if n in processors
         )

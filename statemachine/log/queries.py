@@ -6,15 +6,15 @@ never blocks the writer); long reads are paged by position, which only grows.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, Integer, bindparam, func, select
 
 from statemachine.exceptions import UnknownTrialError, close_matches
 from statemachine.log.connections import Connections
-from statemachine.log.engine import chunks
+from statemachine.log.engine import Prepared, chunks
 from statemachine.log.heads import trial_heads
 from statemachine.log.mapper import (
     EVENT_COLUMNS,
@@ -25,6 +25,11 @@ from statemachine.log.mapper import (
 )
 from statemachine.log.records import ExperimentInfo, FoldRow, SessionInfo, StoredEvent, utc
 from statemachine.log.schema import driver_sessions, events, experiments
+
+#: ``(column index, the dialect's result processor)`` of the columns that have one.
+_Processors = tuple[tuple[int, Callable[[Any], Any]], ...]
+
+_NOTHING = object()  # equal to no value a column holds
 
 _READ_PAGE = 5_000
 _FOLD_PAGE = 20_000
@@ -50,6 +55,7 @@ class Queries:
 
     def __init__(self, db: Connections) -> None:
         self._db = db
+        self._prepared: dict[tuple[Any, ...], tuple[Prepared, _Processors]] = {}
 
     def read_trial(
         self,
@@ -153,23 +159,56 @@ class Queries:
 
     def _paged_rows(
         self,
-        columns: Iterable[Any],
+        columns: tuple[Any, ...],
         experiment: str,
         upto_position: int | None = None,
         upto_time: datetime | None = None,
     ) -> Iterator[Any]:
         """``columns`` of the experiment's events in position order, read in pages (the
-        experiment is looked up when the first row is asked for, as before)."""
+        experiment is looked up when the first row is asked for, as before).
+
+        The statement is compiled once and run on the driver's cursor
+        (:meth:`Connections.raw_pages`): the rows are the driver's tuples, a column the
+        dialect parses (SQLite's times) parsed here, once for a run of rows sharing a value
+        (a batch's one timestamp).
+        """
         db = self._db
         with db.transaction("reading an experiment") as conn:
             experiment_id = db.experiment_id(conn, experiment)
-        query = select(*columns).where(events.c.experiment_id == experiment_id)
-        if upto_position is not None:
-            query = query.where(events.c.position <= upto_position)
-        if upto_time is not None:
-            query = query.where(events.c.recorded_at <= utc(upto_time))
-        query = query.order_by(events.c.position).limit(_FOLD_PAGE)
-        yield from db.pages(query, events.c.position, "reading an experiment", _FOLD_PAGE)
+        key = (columns, upto_position is not None, upto_time is not None)
+        prepared = self._prepared.get(key)
+        if prepared is None:
+            prepared = self._prepared[key] = _paged_statement(db, *key)
+        statement, processors = prepared
+        values = {"experiment_id": experiment_id, "upto_position": upto_position,
+                  "upto_time": utc(upto_time) if upto_time is not None else None}
+        pages = db.raw_pages(statement, values, "reading an experiment", _FOLD_PAGE)
+        if not processors:
+            for rows in pages:
+                yield from rows
+            return
+        if len(processors) == 1:  # the usual case (SQLite: the time alone)
+            ((i, process),) = processors
+            raw: Any = _NOTHING
+            value: tuple[Any] = (None,)
+            for rows in pages:
+                for row in rows:
+                    if row[i] != raw:
+                        raw = row[i]
+                        value = (process(raw),)
+                    yield row[:i] + value + row[i + 1:]
+            return
+        memo: dict[int, tuple[Any, Any]] = {}
+        for rows in pages:
+            for row in rows:
+                items = list(row)
+                for i, process in processors:
+                    raw = items[i]
+                    seen = memo.get(i)
+                    if seen is None or seen[0] != raw:
+                        seen = memo[i] = (raw, process(raw))
+                    items[i] = seen[1]
+                yield tuple(items)
 
     def has_trial(self, experiment: str, trial_id: str) -> bool:
         """See :meth:`EventStore.has_trial`."""
@@ -230,6 +269,29 @@ class Queries:
                 .order_by(driver_sessions.c.epoch)
             ).all()
         return [session_info(row, experiment) for row in rows]
+
+
+def _paged_statement(db: Connections, columns: tuple[Any, ...], upto_position: bool,
+                     upto_time: bool) -> tuple[Prepared, _Processors]:
+    """The page statement of :meth:`Queries._paged_rows` (``after`` a position, in position
+    order) and the result processors of its columns that have one (index, processor)."""
+    dialect = db.engine.dialect
+    query = select(*columns).where(
+        events.c.experiment_id == bindparam("experiment_id", type_=Integer()),
+        events.c.position > bindparam("after", type_=events.c.position.type),
+    )
+    if upto_position:
+        query = query.where(
+            events.c.position <= bindparam("upto_position", type_=events.c.position.type))
+    if upto_time:
+        query = query.where(
+            events.c.recorded_at <= bindparam("upto_time", type_=events.c.recorded_at.type))
+    statement = Prepared(query.order_by(events.c.position).limit(_FOLD_PAGE), dialect)
+    processors = tuple(
+        (i, processor) for i, column in enumerate(columns)
+        if (processor := column.type._cached_result_processor(dialect, None)) is not None
+    )
+    return statement, processors
 
 
 def _has_trial(conn: Connection, experiment_id: int, trial_id: str) -> bool:

@@ -140,8 +140,12 @@ class Verifier:
         self._time = datetime.min
         #: ``(type, version, payload text) -> event``: decoded events are immutable values.
         self._events: dict[tuple[Any, Any, Any], Event] = {}
-        #: ``(counters text, counters)`` pairs already found to parse and match.
-        self._matching: set[tuple[str, Counters]] = set()
+        #: ``counters text -> the counters`` it was found to parse to and match (a text
+        #: parses to one value: it matches those counters and no others).
+        self._matching: dict[str, Counters] = {}
+        #: The epoch and time of the row checked last, when they passed their checks.
+        self._placed_epoch: int | None = None
+        self._placed_at = datetime.min
 
     def feed(self, item: StoredEvent) -> None:
         """Check one row."""
@@ -156,7 +160,8 @@ class Verifier:
         :meth:`feed` of its :class:`StoredEvent` checks, without building one (a row whose
         time does not read is fed as that record, which names the damage)."""
         recorded_at = row[13]
-        if recorded_at != self._time_read:  # rows of one batch share their time
+        if recorded_at is not self._time_read and recorded_at != self._time_read:
+            # (rows of one batch share their time, often the very object: parsed once)
             if type(recorded_at) is not datetime:
                 self.feed(stored_event(row, self.experiment))
                 return
@@ -167,29 +172,61 @@ class Verifier:
                item: StoredEvent | None) -> None:
         """The checks of one row: ``row`` in :data:`EVENT_COLUMNS` order (up to ``epoch``;
         all of them without ``item``), ``item`` its record when the caller has one (else
-        built here, only to word an error)."""
-        position, trial_id, seq, type_name = row[0], row[1], row[2], row[3]
+        built here, only to word an error).
+
+        One body for the common path of a row without its record (:meth:`feed_row`: it
+        decodes from the cache, folds, and matches what it recorded): what :meth:`_event`,
+        :meth:`_recorded_vs`, :func:`_error_type_vs` and :meth:`_row_found` check, in the same
+        order, with the same findings. A row fed with its record (:meth:`feed`) takes those
+        methods, every check run: the reference the property test holds the common path to.
+        """
+        position, trial_id, seq = row[0], row[1], row[2]
         self.count += 1
-        previous = self._last_seq.get(trial_id, 0)
+        last_seq = self._last_seq
+        previous = last_seq.get(trial_id, 0)
         if seq != previous + 1:
             self.gaps.append(SeqGap(trial_id, previous, seq))
-        self._last_seq[trial_id] = seq
+        last_seq[trial_id] = seq
         self._last_position[trial_id] = position
         if trial_id in self.broken:
             return
         state = self.states.get(trial_id)
         if state is None:
             state = self.states[trial_id] = TrialState(trial_id)
-        # epoch and time; the fold's own findings come first
-        placed = self._row_found(row[11], recorded_at, damage)
-        found: tuple[str, Any, Any] | None
+        # epoch and time (the fold's own findings come first). The checks of a row with the
+        # epoch and time of the row checked just before it, which passed them, pass again
+        # and change nothing: its epoch is the latest, its session's latest time >= it.
+        epoch = row[11]
+        placed: tuple[str, Any, Any] | None = None
+        if item is not None or epoch != self._placed_epoch or recorded_at != self._placed_at:
+            placed = self._row_found(epoch, recorded_at, damage)
+            if placed is None and item is None:
+                self._placed_epoch, self._placed_at = epoch, recorded_at
+            else:
+                self._placed_epoch = None
+        found: tuple[str, Any, Any] | None = None
         try:
-            event = self._event(row, item)
+            event = self._events.get((row[3], row[4], row[5]))
+            if event is None:
+                event = self._event(row, item)
             record = self._apply(state, event)
-            found = self._recorded_vs(row, item, record) or _error_type_vs(
-                row[7], row[6], event, record)
+            status_before = row[7]
+            text = row[10]
+            if item is None and text is not None and status_before is not None \
+                    and status_before == record.status_before \
+                    and row[8] == record.status_after \
+                    and row[9] == (record.decision or None) \
+                    and self._matching.get(text) == record.counters:  # fmt: skip
+                error = record.error
+                if error is None and isinstance(event, TrialFailed):
+                    error = event.error
+                if row[6] != (error.kind if error is not None else None):
+                    found = ("error_type", row[6], error.kind if error is not None else None)
+            else:
+                found = self._recorded_vs(row, item, record) or _error_type_vs(
+                    status_before, row[6], event, record)
         except EventDecodeError as exc:
-            found = ("event", type_name, str(exc))
+            found = ("event", row[3], str(exc))
         except InvalidTransitionError as exc:
             found = ("transition", row[7], str(exc))
         found = found or placed
@@ -232,7 +269,7 @@ class Verifier:
         counters parsed first: a row whose counters do not parse is an ``event`` finding)."""
         text = row[10]
         counters: Any = None
-        if text is not None and (text, record.counters) not in self._matching:
+        if text is not None and self._matching.get(text) != record.counters:
             counters = self._stored(row, item).counters
         status_before = row[7]
         # (Status and Decision are str enums: a recorded text equals its member.)
@@ -249,7 +286,7 @@ class Verifier:
                 return "counters", counters, replayed
             if len(self._matching) >= _CACHED:
                 self._matching.clear()
-            self._matching.add((text, record.counters))
+            self._matching[text] = record.counters
         return None
 
     def _row_found(self, epoch: int, recorded_at: datetime,
