@@ -207,6 +207,10 @@ class ExperimentLog:
             )
         event_id = event_id or new_event_id()
         session = self.session.policy
+        if work.policy is not session and work.policy == session:
+            # an equal value (a new trial's default policy under a default session): the
+            # session's own object from now on, so the identity check below holds
+            work.policy = session
         if work.policy is session:  # fold_for_session's common case, inline: the hot path
             record = last[trial_id] = apply_compiled(work, event, None, last.get(trial_id))
             requests.append(_request((trial_id, event, work.seq - 1, record, event_id)))
