@@ -198,9 +198,12 @@ class TimelineModel:
         which = []
         if self.failed_drawn:
             which.append(f"the {self.failed_drawn:,} that failed first")
-        if drawn > self.failed_drawn:
-            which.append(f"{'then ' if which else ''}the first {drawn - self.failed_drawn:,} "
-                         f"{'others ' if which else ''}in order of first appearance")
+        rest = drawn - self.failed_drawn
+        if rest and which:
+            which.append(f"then {rest:,} other{'s' if rest != 1 else ''} in order of first "
+                         "appearance")
+        elif rest:
+            which.append(f"the first {rest:,} in order of first appearance")
         return (f"drawn {drawn:,} of {self.n_trials:,} trials: {', '.join(which)}; "
                 f"{self.left_out:,} left out (--trials 0 draws all)")
 
