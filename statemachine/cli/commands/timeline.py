@@ -20,6 +20,8 @@ from statemachine.distribution import install_hint
 #: quick to open and scroll; past that a picture stops being read row by row (filter with
 #: the web page, or ask for more with --trials).
 TRIALS = 300
+#: The largest --trials taken (a bigger number is a typo: 0 draws every trial).
+MOST = 10_000_000
 
 
 @click.command("timeline")
@@ -28,7 +30,7 @@ TRIALS = 300
               path_type=Path), help="FILE.html, FILE.svg or FILE.png.")
 @click.option("--order", "by_order", is_flag=True,
               help="x axis: the event order (one step per event) instead of time.")
-@click.option("--trials", "limit", type=click.IntRange(min=0), default=TRIALS,
+@click.option("--trials", "limit", type=click.IntRange(min=0, max=MOST), default=TRIALS,
               show_default=True,
               help="Draw at most this many trials: the ones that failed first, then the "
                    "others in order of first appearance (0: every trial).")
