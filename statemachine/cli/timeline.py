@@ -146,6 +146,17 @@ class DriverDown:
                 "knew)")
 
 
+@dataclass(frozen=True)
+class Selection:
+    """Which trials a timeline draws: at most ``limit`` (``None``: every trial), the
+    ``failed`` ones first (the trials that failed first, in the order of their first
+    failure, at most ``limit``), then the others in order of first appearance. When every
+    trial fits, the rows are in order of first appearance, as without a selection."""
+
+    limit: int | None = None
+    failed: tuple[str, ...] = ()
+
+
 @dataclass
 class TimelineModel:
     """Everything the picture shows."""
@@ -158,19 +169,50 @@ class TimelineModel:
     last_at: datetime | None
     nodes: list[str] = field(default_factory=list)
     """Every node a span ran on, in order of first appearance (the band colours' order)."""
-    times: list[datetime] = field(default_factory=list)
-    """When each event (by index) was recorded."""
+    times: dict[int, datetime] = field(default_factory=dict)
+    """When the events (by index) the picture places were recorded: the drawn rows' events,
+    the first and last, and those on either side of a new driver epoch (not every event's:
+    memory stays bounded by what is drawn)."""
     by_time: bool = True
     """x is time since the first event (else the event order)."""
     down: list[DriverDown] = field(default_factory=list)
     """The stretches between a crashed driver's last event and the next driver's first."""
+    n_trials: int = 0
+    """How many trials the experiment has (the rows are those drawn)."""
+    failed_drawn: int = 0
+    """How many of the rows are drawn first because they failed (only when some trials are
+    left out)."""
+
+    @property
+    def left_out(self) -> int:
+        """How many trials the picture leaves out."""
+        return max(self.n_trials - len(self.rows), 0)
+
+    @property
+    def drawn_note(self) -> str:
+        """What the picture draws of the experiment's trials, in one line (empty when it
+        draws every trial)."""
+        if not self.left_out:
+            return ""
+        drawn = len(self.rows)
+        which = []
+        if self.failed_drawn:
+            which.append(f"the {self.failed_drawn:,} that failed first")
+        rest = drawn - self.failed_drawn
+        if rest and which:
+            which.append(f"then {rest:,} other{'s' if rest != 1 else ''} in order of first "
+                         "appearance")
+        elif rest:
+            which.append(f"the first {rest:,} in order of first appearance")
+        return (f"drawn {drawn:,} of {self.n_trials:,} trials: {', '.join(which)}; "
+                f"{self.left_out:,} left out (--trials 0 draws all)")
 
     def x(self, index: float) -> float:
         """Where event ``index`` sits on the x axis: seconds since the first event (time
         view; an index past the last event is the last event's time), else ``index``."""
         if not self.by_time or not self.times:
             return index
-        i = min(max(int(index), 0), len(self.times) - 1)
+        i = min(max(int(index), 0), self.n_events - 1)
         return max((self.times[i] - self.times[0]).total_seconds(), 0.0)
 
     @property
@@ -211,33 +253,57 @@ def build_model(
     experiment: str, events: Iterable[RecordedEvent],
     kinds: Mapping[int, str | None] | None = None,
     ends: Mapping[int, str] | None = None,
+    select: Selection | None = None,
 ) -> TimelineModel:
     """Lay out ``events`` (in log order) as rows, spans, markers and epoch marks; ``kinds``
     (epoch -> ``fresh``/``restore``) labels each epoch with how its driver began, ``ends``
     (epoch -> ``clean``/``crashed``/``open``, :func:`statemachine.cli.reading.session_ends`)
     says which drivers crashed: the stretch until the next driver's first event is a
-    :class:`DriverDown`."""
+    :class:`DriverDown`. ``select`` bounds the rows (:class:`Selection`): the events of
+    the trials left out are counted and placed on the axis, nothing of them is kept, so
+    ``events`` can stream."""
+    select = select or Selection()
+    failed = set(select.failed)
+    others = None if select.limit is None else max(select.limit - len(failed), 0)
     rows: dict[str, Row] = {}
+    seen: set[str] = set()
     open_span: dict[str, tuple[str, int, str | None]] = {}
     node_of: dict[str, str | None] = {}
     nodes: dict[str, None] = {}
     epochs: list[EpochMark] = []
     down: list[DriverDown] = []
     first_at = last_at = None
-    times: list[datetime] = []
+    times: dict[int, datetime] = {}
     index = -1
+    when: datetime | None = None
     for index, ev in enumerate(events):
+        before = when
         # An unreadable stored time (a broken row) is drawn at the time before it.
         moment = ev.recorded_at if getattr(ev, "damage", None) is None else last_at
         if first_at is None:
             first_at = moment
         last_at = moment
-        times.append(moment or ev.recorded_at)
+        when = moment or ev.recorded_at
+        if index == 0:
+            times[0] = when
         if not epochs or epochs[-1].epoch != ev.epoch:
+            if before is not None:
+                times[index - 1] = before
+            times[index] = when
             if epochs and (ends or {}).get(epochs[-1].epoch) == "crashed":
                 down.append(DriverDown(index - 1, index, epochs[-1].epoch, ev.epoch))
             epochs.append(EpochMark(index, ev.epoch, (kinds or {}).get(ev.epoch)))
-        row = rows.setdefault(ev.trial_id, Row(ev.trial_id))
+        row = rows.get(ev.trial_id)
+        if row is None:
+            if ev.trial_id in seen:
+                continue
+            seen.add(ev.trial_id)
+            if ev.trial_id not in failed:
+                if others is not None and others <= 0:
+                    continue
+                others = None if others is None else others - 1
+            row = rows[ev.trial_id] = Row(ev.trial_id)
+        times[index] = when
         after = _text(ev.status_after) or row.status
         named = _node(ev)
         if ev.type_name == "TrialStarted":
@@ -262,9 +328,16 @@ def build_model(
                 + (f" on {where}" if where else ""),
             ))
     n_events = index + 1
+    if when is not None:
+        times[index] = when
     for trial_id, (status, start, node) in open_span.items():
         rows[trial_id].spans.append(Span(status, start, n_events, node))
-    return TimelineModel(experiment, list(rows.values()), n_events, epochs, first_at, last_at,
-                         list(nodes), times, down=down)
-
-
+    drawn = list(rows.values())
+    n_failed = 0
+    if len(seen) > len(drawn):  # some left out: the failed first, then the others
+        first = [rows[t] for t in select.failed if t in rows]
+        n_failed = len(first)
+        drawn = first + [r for r in drawn if r.trial_id not in failed]
+    return TimelineModel(experiment, drawn, n_events, epochs, first_at, last_at,
+                         list(nodes), times, down=down, n_trials=len(seen),
+                         failed_drawn=n_failed)

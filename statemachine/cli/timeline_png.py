@@ -78,7 +78,10 @@ def render_png(model: TimelineModel, path: Path) -> None:
         ax.set_xlim(0, max(model.x_end / scale, min_w))
         ax.set_ylim(-0.9 if model.down else -0.6, n - 0.4 + 0.3)
         ax.set_xlabel(xlabel)
-        ax.set_title(mathtext_safe(f"Experiment {model.experiment}"), loc="left")
+        title = mathtext_safe(f"Experiment {model.experiment}")
+        if model.left_out:  # a line of its own (a newline in the id would be escaped)
+            title += "\n" + mathtext_safe(model.drawn_note)
+        ax.set_title(title, loc="left")
         handles: list[Any] = [Patch(color=c, label=s) for s, c in STATUS_COLOURS.items()
                               if s != "NEW"]
         # Kinds are hollow shapes and decisions colour squares: no legend entry looks like

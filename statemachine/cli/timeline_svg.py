@@ -18,12 +18,13 @@ from __future__ import annotations
 import html
 import math
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib.resources import files
 from typing import Any
 
 from statemachine.cli.palette import DECISION_COLOURS, STATUS_COLOURS
 from statemachine.cli.safe_text import xml_safe
+from statemachine.cli.schema import STATUSES
 from statemachine.cli.timeline import MARKER_SHAPES, TimelineModel
 
 #: The picture's width before a script fits it to its window (SVG user units, CSS pixels).
@@ -140,7 +141,11 @@ def render_svg(model: TimelineModel) -> str:
         span = f", {model.first_at:%Y-%m-%d %H:%M:%S} to {model.last_at:%Y-%m-%d %H:%M:%S} UTC"
     axis = ("time since the first event" if model.by_time
             else "event order (--order)")
-    sub.text = f"{len(model.rows)} trials, {model.n_events} events{span}; x axis: {axis}"
+    if model.left_out:  # what is drawn, then the counts (no room for the dates)
+        sub.text = f"{model.drawn_note}; {model.n_events:,} events; x axis: {axis}"
+        sub.set("class", "drawn-note")
+    else:
+        sub.text = f"{len(model.rows)} trials, {model.n_events} events{span}; x axis: {axis}"
     _axis(svg, model, x_of, bottom)
     for i, row in enumerate(model.rows):
         y = TOP + i * ROW_H
@@ -287,11 +292,42 @@ def timeline_script() -> str:
     return (files("statemachine.cli") / "web" / "static" / "timeline.js").read_text("utf-8")
 
 
-def render_html(model: TimelineModel, summary_rows: Sequence[dict[str, Any]] = ()) -> str:
+def overview(counts: Mapping[str, int]) -> str:
+    """A bar of every trial by status (the timeline draws only some of them)."""
+    total = sum(counts.values()) or 1
+    x, parts = 0.0, []
+    for status in STATUSES:
+        n = counts.get(status, 0)
+        if not n:
+            continue
+        w = 1000 * n / total
+        parts.append(f'<rect class="overview-part" data-status="{status}" x="{x:.2f}" y="0" '
+                     f'width="{w:.2f}" height="18" fill="{STATUS_COLOURS[status]}">'
+                     f"<title>{status}: {n:,} trials</title></rect>")
+        x += w
+    return ('<svg class="overview" viewBox="0 0 1000 18" preserveAspectRatio="none" '
+            f'role="img" aria-label="every trial by status">{"".join(parts)}</svg>')
+
+
+def render_html(model: TimelineModel, summary_rows: Sequence[dict[str, Any]] = (),
+                counts: Mapping[str, int] | None = None) -> str:
     """A standalone HTML page: the SVG inline (hover a mark for details), the timeline
     script inline (fit to the window, zoom into a time range: one file that works offline,
-    mailed or copied anywhere), and a trial table."""
+    mailed or copied anywhere), and a trial table. When the picture leaves trials out, a
+    note says which it draws, above the :func:`overview` bar of ``counts`` (every trial by
+    status)."""
     svg = render_svg(model).split("?>", 1)[1]
+    if model.left_out:
+        bar = ""
+        if counts:
+            bar = overview(counts) + "\n"
+            note = f"{model.drawn_note}. The bar counts all {sum(counts.values()):,} trials " \
+                   "by status; the table lists the drawn ones."
+        else:
+            note = f"{model.drawn_note}. The table lists the drawn trials."
+        svg = (f'<p class="timeline-note" id="timeline-note">{html.escape(xml_safe(note))}'
+               f"</p>\n{bar}<style>svg.overview {{ display: block; width: 100%; height: 14px;"
+               f" margin: 4px 0 8px; }}</style>\n{svg}")
     rows_html = "".join(
         "<tr>" + "".join(f"<td>{html.escape(xml_safe(r.get(key)))}</td>"
                          for _, key in TABLE_COLUMNS) + "</tr>"

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from statemachine.cli.palette import STATUS_COLOURS
 from statemachine.cli.reading import describe_sessions, session_ends, session_kinds
 from statemachine.cli.schema import STATUSES
 from statemachine.cli.timeline import build_model
-from statemachine.cli.timeline_svg import render_svg
+from statemachine.cli.timeline_svg import overview, render_svg
 from statemachine.cli.web.markup import e, experiment_href, q, reconstructed, trial_href
 from statemachine.cli.web.trial_query import ERROR_TYPES, PAGE_SIZE
 
@@ -165,23 +164,6 @@ def trial_table(experiment: str, listing: Listing, result: Page) -> str:
             f'<table id="trials" class="trials">{_header(experiment, listing)}'
             f'<tbody id="trial-rows">{rows}</tbody></table>'
             f'<div id="pager-bottom">{_pager(experiment, listing, result)}</div>')
-
-
-def overview(counts: dict[str, int]) -> str:
-    """A bar of every trial by status (the timeline draws only some of them)."""
-    total = sum(counts.values()) or 1
-    x, parts = 0.0, []
-    for status in STATUSES:
-        n = counts.get(status, 0)
-        if not n:
-            continue
-        w = 1000 * n / total
-        parts.append(f'<rect class="overview-part" data-status="{status}" x="{x:.2f}" y="0" '
-                     f'width="{w:.2f}" height="18" fill="{STATUS_COLOURS[status]}">'
-                     f"<title>{status}: {n:,} trials</title></rect>")
-        x += w
-    return ('<svg class="overview" viewBox="0 0 1000 18" preserveAspectRatio="none" '
-            f'role="img" aria-label="every trial by status">{"".join(parts)}</svg>')
 
 
 def timeline_html(store: EventStore, experiment: str, sessions: list[SessionInfo],

@@ -162,6 +162,16 @@ class ReadModel:
             raise UnknownTrialError(experiment, trial_id, close_matches(trial_id, trials))
         return found[0]
 
+    def failed_first(self, experiment: str, limit: int | None = None) -> list[str]:
+        """The trials that failed (a recorded failure, whatever came after), in the order of
+        their first failure; at most ``limit`` of them (``None``: all)."""
+        return sql.first_failures(self._store.connections, experiment, limit)
+
+    def summaries(self, experiment: str, trial_ids: Collection[str]) -> list[TrialSummary]:
+        """The trials of ``trial_ids`` as they are now, in order of first event (an id the
+        experiment does not have is left out)."""
+        return self._summaries(experiment, trial_ids)
+
     def _summaries(self, experiment: str, trial_ids: Collection[str]) -> list[TrialSummary]:
         db = self._store.connections
         lights, states = sql.light_rows(db, experiment, self._fold_tail, trial_ids=trial_ids)

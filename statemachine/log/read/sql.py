@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import CTE, Connection, Subquery, and_, case, func, or_, select
+from sqlalchemy import CTE, Connection, Subquery, and_, case, func, or_, select, text
 
 from statemachine.domain.state import TrialState
 from statemachine.exceptions import EventDecodeError
@@ -31,7 +31,7 @@ from statemachine.log.engine import chunks
 from statemachine.log.heads import trial_heads
 from statemachine.log.mapper import EVENT_COLUMNS, stored_event
 from statemachine.log.records import ExperimentInfo, utc
-from statemachine.log.schema import events, experiments, snapshots
+from statemachine.log.schema import ATTEMPTS_WHERE, events, experiments, snapshots
 from statemachine.log.snapshot import decode_state, machine_version
 
 if TYPE_CHECKING:
@@ -293,3 +293,22 @@ def trials_after(db: Connections, experiment: str, position: int) -> list[str]:
             .where(events.c.experiment_id == experiment_id, events.c.position > position)
             .group_by(events.c.trial_id)
         ).scalars())
+
+
+def first_failures(db: Connections, experiment: str, limit: int | None) -> list[str]:
+    """The trials with a failure (an event with an error type), the one that failed first
+    first, at most ``limit`` of them (``None``: all), from the attempts' partial index."""
+    with db.transaction("reading the failures") as conn:
+        experiment_id = db.experiment_id(conn, experiment)
+        first = func.min(events.c.position)
+        query = (
+            select(events.c.trial_id)
+            # The partial index's own predicate as literal text (SQLite uses it only so).
+            .where(events.c.experiment_id == experiment_id, text(ATTEMPTS_WHERE),
+                   events.c.error_type.is_not(None))
+            .group_by(events.c.trial_id)
+            .order_by(first, events.c.trial_id)
+        )
+        if limit is not None:
+            query = query.limit(limit)
+        return list(conn.execute(query).scalars())
