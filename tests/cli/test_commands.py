@@ -4,6 +4,9 @@ crash, a preemption, a restart from scratch, a trial given up)."""
 from __future__ import annotations
 
 import json
+import os
+import stat
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -218,6 +221,27 @@ def test_export_import_export_is_byte_identical(
     # And the copy answers like the original.
     assert (invoke("--db", target, "trials", EXP, "--json").stdout
             == invoke("--db", fixture_db, "trials", EXP, "--json").stdout)
+
+
+def test_export_into_a_fifo_writes_into_it_and_leaves_it_a_fifo(
+    invoke: Callable[..., Run], fixture_db: Path, tmp_path: Path
+) -> None:
+    """``-o`` naming something that is not a regular file (``/dev/null``, a FIFO) is written
+    into: the export once renamed a file onto ``/dev/null``, replacing the machine's device."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    run = invoke("--db", fixture_db, "export", EXP, "-o", fifo)
+    if reader.is_alive():  # the export never opened the FIFO: unblock the reader
+        with fifo.open("wb"):
+            pass
+    reader.join(timeout=30)
+    assert run.exit_code == 0, run.stderr
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert received and received[0].decode() == invoke("--db", fixture_db, "export", EXP).stdout
+    assert not list(tmp_path.glob(".pipe*"))  # no partial file left
 
 
 def test_import_under_another_name(

@@ -206,7 +206,10 @@ def pg_restart(pg_server_url: str) -> Iterator[tuple[Callable[[], None], Callabl
     command = pg_cluster_command(pg_server_url)
 
     def ctl(action: str) -> None:
-        subprocess.run([*command, action], check=True, timeout=60, capture_output=True)
+        done = subprocess.run([*command, action], timeout=60, capture_output=True, text=True)
+        if done.returncode:  # what pg_ctlcluster said (a broken /dev/null once made it fail)
+            raise RuntimeError(f"{' '.join(command)} {action}: exit {done.returncode}: "
+                               f"{done.stderr.strip()[-2000:]}")
 
     def running() -> bool:
         return subprocess.run(["pg_isready", "-h", "127.0.0.1", "-p", "5432", "-q"],

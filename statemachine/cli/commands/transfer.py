@@ -62,6 +62,15 @@ def _sink(path: Path | None) -> Iterator[Callable[[str], object]]:
     if path is None:
         yield lambda text: click.echo(text, nl=False)
         return
+    if path.exists() and not path.is_file():
+        # /dev/null, a FIFO, a terminal: written into as it is (a rename onto it would put a
+        # regular file in place of the device, /dev/null for the whole machine)
+        try:
+            with path.open("w", encoding="utf-8") as fh:
+                yield fh.write
+        except OSError as exc:
+            raise BadInput(f"cannot write the export to {path}: {exc.strerror or exc}") from None
+        return
     partial = path.with_name(f".{path.name}.partial")
     try:
         with partial.open("w", encoding="utf-8") as fh:
