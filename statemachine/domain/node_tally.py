@@ -15,7 +15,7 @@ of the whole history.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -265,7 +265,12 @@ def tally_nodes(events: Iterable[tuple[str, Any]]) -> list[NodeTally]:
     ``unknown`` node (a log written before nodes were recorded has only those). Nodes are
     never merged on a guess: a failure that knows only an IP is its own row.
     """
-    shares: dict[str, TrialNodes] = {}
+    return tally_attempts(_folded_attempts(events))
+
+
+def _folded_attempts(events: Iterable[tuple[str, Any]]) -> Iterator[tuple[str, int, Any, bool]]:
+    """``events`` as :func:`tally_attempts` takes them, each trial folded to tell a start that
+    restores (its events after one that does not fold left out)."""
     states: dict[str, TrialState] = {}
     halted: set[str] = set()
     for trial_id, event in events:
@@ -277,11 +282,7 @@ def tally_nodes(events: Iterable[tuple[str, Any]]) -> list[NodeTally]:
         except InvalidTransitionError:
             halted.add(trial_id)
             continue
-        share = shares.get(trial_id)
-        if share is None:
-            share = shares[trial_id] = TrialNodes()
-        share.count(state.seq, event, state.status is Status.RESTORING)
-    return tally_shares(shares.items())
+        yield trial_id, state.seq, event, state.status is Status.RESTORING
 
 
 def tally_attempts(attempts: Iterable[tuple[str, int, Any, bool]]) -> list[NodeTally]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal, overload
 
 from sqlalchemy import Connection, Engine, Select, select
@@ -177,37 +177,33 @@ class Connections:
         """The rows of ``query`` (ordered by ``key``, its first column, at most ``page`` rows
         a statement), read a page at a time after the last key seen, each page in its own
         read transaction (``what`` names it in errors): memory holds one page."""
-        after = 0
-        while True:
+        def fetch(after: Any) -> Sequence[Any]:
             with self.transaction(what) as conn:
-                rows = conn.execute(query.where(key > after)).all()
+                return conn.execute(query.where(key > after)).all()
+
+        for rows in _keyset_pages(fetch, page):
             yield from rows
-            if len(rows) < page:
-                return
-            after = rows[-1][0]
 
     def raw_pages(self, statement: Prepared, values: dict[str, Any], what: str,
-                  page: int) -> Iterator[list[Any]]:
+                  page: int) -> Iterator[Sequence[Any]]:
         """What :meth:`pages` reads, for a statement compiled once (its rows ordered by its
         first column, bound ``after`` it, at most ``page`` a statement), run on a pooled
         reader's DBAPI cursor: the driver's rows as they come (no SQLAlchemy row each, no
         result processing: the caller does what its columns need), a page at a time, each
         in its own read transaction; errors translated as :meth:`transaction`'s."""
-        after = 0
-        while True:
+        def fetch(after: Any) -> Sequence[Any]:
             with self._read(what) as conn:
                 cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
                 try:
                     statement.run(cursor, {**values, "after": after})
-                    rows: Any = cursor.fetchall()
+                    rows: Sequence[Any] = cursor.fetchall()
+                    return rows
                 except self.engine.dialect.loaded_dbapi.Error as exc:
                     raise self._wrapped(exc, conn, cursor) from exc
                 finally:
                     cursor.close()
-            yield rows
-            if len(rows) < page:
-                return
-            after = rows[-1][0]
+
+        return _keyset_pages(fetch, page)
 
     def experiment_id(self, conn: Connection, name: str) -> int:
         """The id of experiment ``name``; :class:`UnknownExperimentError` with close names."""
@@ -238,3 +234,16 @@ class Connections:
                     self._writer.close()
                 self._writer = None
             self.engine.dispose()
+
+
+def _keyset_pages(fetch: Callable[[Any], Sequence[Any]], page: int) -> Iterator[Sequence[Any]]:
+    """``fetch(after)``'s pages, each after the last first column seen (starting at 0), until
+    one holds fewer than ``page`` rows: the keyset paging of :meth:`Connections.pages` and
+    :meth:`Connections.raw_pages`."""
+    after: Any = 0
+    while True:
+        rows = fetch(after)
+        yield rows
+        if len(rows) < page:
+            return
+        after = rows[-1][0]

@@ -217,11 +217,7 @@ class Verifier:
                     and row[8] == record.status_after \
                     and row[9] == (record.decision or None) \
                     and self._matching.get(text) == record.counters:  # fmt: skip
-                error = record.error
-                if error is None and isinstance(event, TrialFailed):
-                    error = event.error
-                if row[6] != (error.kind if error is not None else None):
-                    found = ("error_type", row[6], error.kind if error is not None else None)
+                found = _error_type_vs(status_before, row[6], event, record)
             else:
                 found = self._recorded_vs(row, item, record) or _error_type_vs(
                     status_before, row[6], event, record)

@@ -9,6 +9,7 @@ Each access is listed, with the Ray versions it was checked on, in :mod:`..ray_s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -265,19 +266,18 @@ def trial_folder_names(trial: Trial) -> list[str]:
 
 def read_trial_file(trial: Trial, name: str) -> bytes | None:
     """The bytes of ``name`` in the trial's folder on storage, ``None`` if it cannot be read."""
-    try:
-        with storage_filesystem(trial).open_input_stream(f"{trial_path(trial)}/{name}") as f:
-            return bytes(f.readall())
-    except Exception:  # missing or unreadable: nothing to tell
-        return None
+    return _read_file(trial, lambda: f"{trial_path(trial)}/{name}")
 
 
 def read_experiment_file(trial: Trial, relative: str) -> bytes | None:
     """The bytes of ``relative`` (a path under the experiment's folder) on storage, ``None``
     if it cannot be read."""
-    try:
-        with storage_filesystem(trial).open_input_stream(
-                f"{experiment_path(trial)}/{relative}") as f:
+    return _read_file(trial, lambda: f"{experiment_path(trial)}/{relative}")
+
+
+def _read_file(trial: Trial, path: Callable[[], str]) -> bytes | None:
+    try:  # the path too: Ray raises for a trial it has not named a folder for yet
+        with storage_filesystem(trial).open_input_stream(path()) as f:
             return bytes(f.readall())
     except Exception:  # missing or unreadable: nothing to tell
         return None
